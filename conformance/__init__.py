@@ -1,0 +1,9 @@
+"""The conformance suite: golden vectors, a tolerance model and a runner for any RoPE backend.
+
+Installed as ``rope_ref.conformance``. See ``docs/writing-a-backend.md``.
+"""
+
+from .protocol import DTYPES, Backend, PrecisionPolicy
+from .registry import BackendUnavailable, get_backend
+
+__all__ = ["DTYPES", "Backend", "BackendUnavailable", "PrecisionPolicy", "get_backend"]

@@ -1,0 +1,56 @@
+"""The oracle itself as a conformance backend (built-in name ``numpy``): float64 everywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import rope_ref
+
+from .protocol import Backend, PrecisionPolicy
+
+__all__ = ["OracleBackend", "make_backend", "available"]
+
+
+class OracleBackend(Backend):
+    """rope_ref's float64 NumPy functions behind the backend protocol."""
+
+    name = "numpy"
+    version = rope_ref.__version__
+    device = "cpu"
+    precision = PrecisionPolicy("float64", "float64", "float64")
+
+    def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> np.ndarray:
+        return np.array(array, dtype=np.float64 if dtype is not None else array.dtype, copy=True)
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        return np.asarray(array)
+
+    def inv_freq(self, cfg, seq_len=None):
+        return rope_ref.inv_freq(cfg, seq_len)
+
+    def attention_factor(self, cfg, seq_len=None):
+        return rope_ref.attention_factor(cfg, seq_len)
+
+    def cos_sin(self, positions, cfg, seq_len=None):
+        return rope_ref.cos_sin(positions, cfg, seq_len=seq_len)
+
+    def apply(self, x, positions, cfg, seq_len=None):
+        return rope_ref.apply(x, positions, cfg, seq_len=seq_len)
+
+    def apply_vjp(self, x, positions, cfg, grad_out, seq_len=None):
+        # The Jacobian of apply is the (scaled) rotation R; its transpose rotates by -angle.
+        pos = np.asarray(positions, dtype=np.float64)
+        seq_len = rope_ref.frequencies.resolve_seq_len(pos, cfg, seq_len)
+        return rope_ref.apply(grad_out, -pos, cfg, seq_len=seq_len)
+
+
+def available(**_: Any) -> tuple[bool, str]:
+    return True, ""
+
+
+def make_backend(precision: str | None = None) -> OracleBackend:
+    if precision not in (None, "fp64", "float64"):
+        raise ValueError(f"the numpy oracle backend computes in float64 only, got precision={precision!r}")
+    return OracleBackend()

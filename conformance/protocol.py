@@ -1,0 +1,138 @@
+"""The backend protocol: what a RoPE implementation provides to be checked by the suite.
+
+A backend is a small class. The runner converts stored NumPy inputs with :meth:`Backend.from_numpy`,
+calls one method per operation, and reads results back with :meth:`Backend.to_numpy`. A method that
+raises ``NotImplementedError`` marks its cases *unsupported* (counted separately, never a pass).
+
+Configurations arrive as :class:`rope_ref.RopeConfig`; a backend that does not want to depend on
+rope_ref's types reads ``cfg.head_dim``, ``cfg.layout``, ``cfg.rotary_dim``, ``cfg.base`` and
+``cfg.scaling.to_hf()`` (an HF-style dict, or ``None``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Backend", "PrecisionPolicy", "DTYPES", "PRECISION_ALIASES", "canonical_dtype"]
+
+#: Floating dtypes the suite knows, widest first.
+DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+#: Short names accepted on the command line.
+PRECISION_ALIASES = {
+    "fp64": "float64",
+    "fp32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "float64": "float64",
+    "float32": "float32",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+}
+
+
+def canonical_dtype(name: str, argument: str = "dtype") -> str:
+    """Map ``fp32``/``float32``/... to the canonical name, raising ``ValueError`` naming ``argument``."""
+    if not isinstance(name, str) or name not in PRECISION_ALIASES:
+        raise ValueError(f"{argument} must be one of {sorted(PRECISION_ALIASES)}, got {name!r}")
+    return PRECISION_ALIASES[name]
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """How a backend computes, declared to the tolerance model.
+
+    ``io_dtype``: dtype of activations in and out (x, y, gradients).
+    ``angle_dtype``: dtype of position * inv_freq and of cos/sin evaluation.
+    ``compute_dtype``: dtype of the rotation arithmetic x*cos - y*sin.
+    """
+
+    io_dtype: str = "float64"
+    angle_dtype: str = "float64"
+    compute_dtype: str = "float64"
+
+    def __post_init__(self) -> None:
+        for field in ("io_dtype", "angle_dtype", "compute_dtype"):
+            object.__setattr__(self, field, canonical_dtype(getattr(self, field), field))
+
+
+class Backend:
+    """Base class of a conformance backend; override what your implementation supports.
+
+    Attributes: ``name``, ``version``, ``device`` (free text, e.g. ``"cpu"``, ``"cuda:0"``),
+    ``precision`` (a :class:`PrecisionPolicy`) and ``inplace`` (True if ``apply`` may overwrite
+    its input; otherwise the runner fails any case where the input changed).
+    """
+
+    name: str = "unnamed"
+    version: str = "0"
+    device: str = "cpu"
+    precision: PrecisionPolicy = PrecisionPolicy()
+    inplace: bool = False
+
+    # -- array conversion -------------------------------------------------------------------------
+    def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> Any:
+        """Convert a NumPy array to the backend's array type.
+
+        ``dtype`` is a canonical name from :data:`DTYPES` for activations (the runner passes
+        ``precision.io_dtype``; bfloat16 values arrive as float32 that bfloat16 holds exactly), or
+        ``None`` to keep the array's own dtype (positions, token ids, distances).
+        """
+        raise NotImplementedError
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        """Convert a backend array (or a Python scalar) back to NumPy."""
+        raise NotImplementedError
+
+    # -- operations (one per operation in the golden manifest) ------------------------------------
+    def inv_freq(self, cfg, seq_len: int | None = None) -> Any:
+        """Inverse frequencies, shape ``(rotary_dim // 2,)``."""
+        raise NotImplementedError
+
+    def attention_factor(self, cfg, seq_len: int | None = None) -> float:
+        """The factor multiplying cos and sin."""
+        raise NotImplementedError
+
+    def cos_sin(self, positions: Any, cfg, seq_len: int | None = None) -> tuple[Any, Any]:
+        """``(cos, sin)``, each of shape ``positions.shape + (rotary_dim // 2,)``, attention factor included."""
+        raise NotImplementedError
+
+    def apply(self, x: Any, positions: Any, cfg, seq_len: int | None = None) -> Any:
+        """Rotate ``x`` (``(..., head_dim)``) by ``positions`` (broadcast against ``x.shape[:-1]``)."""
+        raise NotImplementedError
+
+    def apply_vjp(self, x: Any, positions: Any, cfg, grad_out: Any, seq_len: int | None = None) -> Any:
+        """Vector-Jacobian product of :meth:`apply` with respect to ``x``."""
+        raise NotImplementedError
+
+    def chatglm_position_ids(
+        self,
+        input_ids: Any,
+        *,
+        bos_token_id: int,
+        mask_token_id: int,
+        gmask_token_id: int,
+        position_encoding_2d: bool,
+    ) -> Any:
+        """ChatGLM-6B position ids: ``(batch, 2, seq)`` in 2D, ``(batch, seq)`` in 1D."""
+        raise NotImplementedError
+
+    def chatglm_apply_2d(
+        self, x: Any, position_ids: Any, block_position_ids: Any, *, base: float, precision: str
+    ) -> Any:
+        """ChatGLM-6B 2D rotary: first half of each head by ``position_ids``, second by block ids."""
+        raise NotImplementedError
+
+    def decay_upper_bound(self, distances: Any, cfg) -> Any:
+        """RoFormer's relative upper bound (1/(d/2)) sum_j |S_j(r)| at each distance."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        p = self.precision
+        return (
+            f"<{type(self).__name__} {self.name} {self.version} on {self.device}: "
+            f"io={p.io_dtype} angles={p.angle_dtype} compute={p.compute_dtype}>"
+        )

@@ -1,0 +1,106 @@
+"""Finding a backend by name, lazily (no backend library is imported until asked for).
+
+Names resolve in this order:
+1. built-in names: ``numpy`` (the oracle), ``torch``, ``torch:cuda``, ``cupy``, ``array-api:<module>``;
+2. ``module:attr`` (``attr`` is a :class:`~rope_ref.conformance.protocol.Backend` subclass, an
+   instance, or a factory called as ``factory(precision=...)``);
+3. the entry-point group ``rope_ref.backends`` (the entry's name is the backend name).
+
+Each built-in lives in a module exposing ``make_backend(precision=None, **options)`` and
+``available() -> (bool, reason)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from importlib import metadata
+from typing import Any
+
+from .protocol import Backend
+
+__all__ = ["get_backend", "builtin_names", "BackendUnavailable", "ENTRY_POINT_GROUP"]
+
+ENTRY_POINT_GROUP = "rope_ref.backends"
+
+# name -> (module, options passed to make_backend)
+_BUILTINS: dict[str, tuple[str, dict[str, Any]]] = {
+    "numpy": ("rope_ref.conformance.oracle_backend", {}),
+    "torch": ("rope_ref.backends.torch", {"device": "cpu"}),
+    "torch:cuda": ("rope_ref.backends.torch", {"device": "cuda"}),
+    "cupy": ("rope_ref.backends.cupy", {}),
+}
+_ARRAY_API_PREFIX = "array-api:"
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend exists but cannot run here (library or device missing); the message says why."""
+
+
+def builtin_names() -> list[str]:
+    """Built-in backend names (``array-api:<module>`` is a pattern, listed as such)."""
+    return list(_BUILTINS) + [_ARRAY_API_PREFIX + "<module>"]
+
+
+def _from_module(module_name: str, options: dict[str, Any], precision: str | None) -> Backend:
+    module = importlib.import_module(module_name)
+    available = getattr(module, "available", None)
+    if available is not None:
+        ok, reason = available(**{k: v for k, v in options.items() if k == "device"})
+        if not ok:
+            raise BackendUnavailable(reason)
+    return module.make_backend(precision=precision, **options)
+
+
+def _instantiate(obj: Any, name: str, precision: str | None) -> Backend:
+    if isinstance(obj, Backend):
+        if precision is not None:
+            raise ValueError(f"backend {name!r} is an instance; it cannot take precision={precision!r}")
+        return obj
+    if inspect.isclass(obj) and issubclass(obj, Backend):
+        params = inspect.signature(obj).parameters
+        return obj(precision=precision) if "precision" in params else _no_precision(obj, name, precision)
+    if callable(obj):
+        backend = obj(precision=precision)
+        if not isinstance(backend, Backend):
+            raise TypeError(f"factory {name!r} returned {type(backend).__name__}, not a rope_ref Backend")
+        return backend
+    raise TypeError(f"{name!r} is a {type(obj).__name__}, not a Backend class, instance or factory")
+
+
+def _no_precision(cls: type, name: str, precision: str | None) -> Backend:
+    if precision is not None:
+        raise ValueError(f"backend {name!r} takes no precision option, got precision={precision!r}")
+    return cls()
+
+
+def get_backend(name: str, precision: str | None = None) -> Backend:
+    """Resolve ``name`` to a ready backend instance (see the module docstring for the rules)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"backend name must be a non-empty string, got {name!r}")
+    if name in _BUILTINS:
+        module_name, options = _BUILTINS[name]
+        return _from_module(module_name, options, precision)
+    if name.startswith(_ARRAY_API_PREFIX):
+        target = name[len(_ARRAY_API_PREFIX) :]
+        if not target:
+            raise ValueError("backend 'array-api:' needs a module name, e.g. array-api:array_api_strict")
+        return _from_module("rope_ref.backends.array_api", {"namespace": target}, precision)
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return _instantiate(ep.load(), name, precision)
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ValueError(f"backend {name!r}: cannot import module {module_name!r} ({exc})") from None
+        try:
+            obj = getattr(module, attr)
+        except AttributeError:
+            raise ValueError(f"backend {name!r}: module {module_name!r} has no attribute {attr!r}") from None
+        return _instantiate(obj, name, precision)
+    raise ValueError(
+        f"unknown backend {name!r}; built-in names are {builtin_names()}, or use 'module:attr' "
+        f"or an entry point in the {ENTRY_POINT_GROUP!r} group"
+    )

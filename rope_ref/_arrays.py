@@ -1,0 +1,102 @@
+"""Input conversion and validation shared by every oracle function.
+
+The oracle always computes and answers in float64 NumPy. Every public function funnels its array
+arguments through :func:`as_float64` / :func:`as_positions`, so the rules (which dtypes are accepted,
+what counts as bad input, how errors are worded) live in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._interop import foreign_to_numpy
+
+__all__ = ["as_float64", "as_positions", "to_numpy", "check_broadcast"]
+
+# Integers beyond 2**53 cannot be held exactly by float64; the oracle refuses rather than rounds.
+_MAX_EXACT_INT = 2**53
+
+
+def to_numpy(obj: Any, name: str) -> np.ndarray:
+    """Return ``obj`` as a NumPy array without changing its values.
+
+    Accepts NumPy arrays, Python scalars and (nested) sequences. Raises ``TypeError`` naming
+    ``name`` for anything NumPy cannot turn into a numeric array.
+    """
+    if isinstance(obj, np.ndarray):
+        return obj
+    foreign = foreign_to_numpy(obj, name)
+    if foreign is not None:
+        return foreign
+    if isinstance(obj, (str, bytes)) or obj is None:
+        raise TypeError(f"{name} must be a numeric array, got {type(obj).__name__} {obj!r:.60}")
+    try:
+        arr = np.asarray(obj)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise TypeError(f"{name} must be a numeric array, got {type(obj).__name__}: {exc}") from None
+    return arr
+
+
+def as_float64(obj: Any, name: str) -> np.ndarray:
+    """Convert a real floating-point array to float64 (exactly; every float dtype embeds in float64).
+
+    Integer, boolean, complex and non-numeric inputs raise ``TypeError``: rotating integers is
+    almost always a caller bug (token ids passed where activations belong).
+    """
+    arr = to_numpy(obj, name)
+    if arr.dtype.kind != "f":
+        raise TypeError(f"{name} must be a real floating-point array, got dtype {arr.dtype}")
+    return arr.astype(np.float64, copy=False)
+
+
+def as_positions(obj: Any, name: str = "positions") -> np.ndarray:
+    """Convert integer or real positions to float64, rejecting NaN, inf and inexact integers."""
+    arr = to_numpy(obj, name)
+    if arr.dtype.kind in "iu":
+        if arr.size and (int(arr.max()) > _MAX_EXACT_INT or int(arr.min()) < -_MAX_EXACT_INT):
+            raise ValueError(
+                f"{name} has integers beyond +-2**53 (e.g. {int(np.abs(arr).max())}), which float64 cannot hold exactly"
+            )
+        return arr.astype(np.float64)
+    if arr.dtype.kind != "f":
+        raise TypeError(f"{name} must be an integer or real floating-point array, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=False)
+    if arr.size and not np.all(np.isfinite(arr)):
+        bad = arr[~np.isfinite(arr)].flat[0]
+        raise ValueError(f"{name} must be finite, got {bad}")
+    return arr
+
+
+def check_broadcast(positions: np.ndarray, lead_shape: tuple[int, ...], name: str = "positions") -> None:
+    """Require ``positions`` to broadcast *to* ``lead_shape`` (it may not enlarge it)."""
+    try:
+        shape = np.broadcast_shapes(positions.shape, lead_shape)
+    except ValueError:
+        shape = None
+    if shape != tuple(lead_shape):
+        raise ValueError(
+            f"{name} of shape {positions.shape} does not broadcast against x.shape[:-1] = {tuple(lead_shape)}"
+        )
+
+
+def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """Validate a Python/NumPy integer argument (``bool`` is rejected)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r:.60}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_real(value: Any, name: str) -> float:
+    """Validate a finite real scalar argument (``bool`` is rejected)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r:.60}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value

@@ -1,0 +1,60 @@
+"""Reference scaled dot-product attention with RoPE applied to queries and keys only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._arrays import as_float64, to_numpy
+from .config import RopeConfig
+from .rotation import apply
+
+__all__ = ["attention"]
+
+
+def attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    q_positions: Any,
+    k_positions: Any,
+    cfg: RopeConfig,
+    mask: Any = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(R q . R k / sqrt(head_dim)) v, in float64. Returns ``(output, probabilities)``.
+
+    ``q``: ``(..., Sq, head_dim)``; ``k``: ``(..., Sk, head_dim)``; ``v``: ``(..., Sk, dv)``. Positions
+    broadcast against ``q.shape[:-1]`` / ``k.shape[:-1]``. ``mask`` (optional) broadcasts to
+    ``(..., Sq, Sk)``: boolean with True meaning "may attend", or a float array added to the scores.
+    A query row whose keys are all masked raises ``ValueError`` instead of producing NaN.
+    RoFormer eq. 16-17 (the rotation enters only q and k; v is not rotated).
+    """
+    qr = apply(q, q_positions, cfg)
+    kr = apply(k, k_positions, cfg)
+    v = as_float64(v, "v")
+    if qr.ndim < 2 or kr.ndim < 2 or v.ndim < 2:
+        raise ValueError("q, k and v must have at least 2 dimensions (..., seq, features)")
+    if v.shape[-2] != kr.shape[-2]:
+        raise ValueError(f"v.shape[-2] must equal k.shape[-2]={kr.shape[-2]}, got v.shape={v.shape}")
+    scores = qr @ np.swapaxes(kr, -1, -2) / np.sqrt(cfg.head_dim)
+    if mask is not None:
+        m = to_numpy(mask, "mask")
+        try:
+            np.broadcast_shapes(m.shape, scores.shape)
+        except ValueError:
+            raise ValueError(f"mask of shape {m.shape} does not broadcast to scores {scores.shape}") from None
+        if m.dtype == np.bool_:
+            if not np.all(np.any(np.broadcast_to(m, scores.shape), axis=-1)):
+                raise ValueError("mask leaves a query row with no key to attend to")
+            scores = np.where(m, scores, -np.inf)
+        elif m.dtype.kind == "f":
+            scores = scores + m
+        else:
+            raise TypeError(f"mask must be boolean or floating-point, got dtype {m.dtype}")
+    peak = np.max(scores, axis=-1, keepdims=True)
+    if not np.all(np.isfinite(peak)):
+        raise ValueError("mask leaves a query row with no finite score")
+    weights = np.exp(scores - peak)
+    probs = weights / weights.sum(axis=-1, keepdims=True)
+    return probs @ v, probs

@@ -1,0 +1,50 @@
+"""Argument helpers shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from ..config import LAYOUTS, RopeConfig
+
+__all__ = ["parse_positions", "add_config_arguments", "config_from_args"]
+
+
+def parse_positions(spec: str) -> np.ndarray:
+    """Parse ``"0,1,2"``, ``"0:8"`` (range, end excluded), ``"0:100:10"`` or mixes like ``"0:4,255,256"``.
+
+    Values may be negative or fractional (``"0.5,1.5"``). Raises ``ValueError`` naming the bad token.
+    """
+    values: list[float] = []
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"positions must be a non-empty spec like '0,1,2' or '0:8', got {spec!r}")
+    for token in spec.split(","):
+        token = token.strip()
+        try:
+            if ":" in token:
+                parts = [float(p) for p in token.split(":")]
+                if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] == 0):
+                    raise ValueError
+                values.extend(np.arange(*parts).tolist())
+            else:
+                values.append(float(token))
+        except ValueError:
+            raise ValueError(f"positions: cannot parse {token!r} (use '0,1,2', 'a:b' or 'a:b:step')") from None
+    arr = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"positions must be finite, got {spec!r}")
+    return arr.astype(np.int64) if np.all(arr == np.round(arr)) else arr
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, *, layout_required: bool = True) -> None:
+    parser.add_argument("--head-dim", type=int, required=True, help="head dimension (even)")
+    parser.add_argument("--layout", choices=LAYOUTS, required=layout_required, help="channel pairing")
+    parser.add_argument("--rotary-dim", type=int, default=None, help="rotated channels (default: head dim)")
+    parser.add_argument("--base", type=float, default=10000.0, help="RoPE base theta (default 10000)")
+
+
+def config_from_args(args: argparse.Namespace, scaling=None) -> RopeConfig:
+    return RopeConfig(
+        args.head_dim, layout=args.layout or "half", rotary_dim=args.rotary_dim, base=args.base, scaling=scaling
+    )
