@@ -97,7 +97,7 @@ class Backend:
         raise NotImplementedError
 
     def cos_sin(self, positions: Any, cfg, seq_len: int | None = None) -> tuple[Any, Any]:
-        """``(cos, sin)``, each of shape ``positions.shape + (rotary_dim // 2,)``, attention factor included."""
+        """``(cos, sin)``, each ``positions.shape + (rotary_dim // 2,)``, attention factor included."""
         raise NotImplementedError
 
     def apply(self, x: Any, positions: Any, cfg, seq_len: int | None = None) -> Any:

@@ -58,7 +58,8 @@ def as_positions(obj: Any, name: str = "positions") -> np.ndarray:
     if arr.dtype.kind in "iu":
         if arr.size and (int(arr.max()) > _MAX_EXACT_INT or int(arr.min()) < -_MAX_EXACT_INT):
             raise ValueError(
-                f"{name} has integers beyond +-2**53 (e.g. {int(np.abs(arr).max())}), which float64 cannot hold exactly"
+                f"{name} has integers beyond +-2**53 (e.g. {int(np.abs(arr).max())}), "
+                "which float64 cannot hold exactly"
             )
         return arr.astype(np.float64)
     if arr.dtype.kind != "f":

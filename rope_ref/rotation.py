@@ -40,14 +40,6 @@ def pair_indices(cfg: RopeConfig) -> tuple[np.ndarray, np.ndarray]:
     return a, a + 1
 
 
-def _pair_views(arr: np.ndarray, cfg: RopeConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Views of the first and second member of every pair (no copies)."""
-    rd = cfg.rotary_dim
-    if cfg.layout == "half":
-        return arr[..., : rd // 2], arr[..., rd // 2 : rd]
-    return arr[..., 0:rd:2], arr[..., 1:rd:2]
-
-
 def _prepare(x: Any, positions: Any, cfg: RopeConfig, seq_len: int | None):
     cfg = _check_config(cfg)
     x = as_float64(x, "x")
@@ -66,19 +58,21 @@ def _prepare(x: Any, positions: Any, cfg: RopeConfig, seq_len: int | None):
     return cfg, x, cos, sin, zero if identity_at_zero else None
 
 
-def _rotate_block(out, x, cos, sin, zero, cfg) -> None:
-    x1, x2 = _pair_views(x, cfg)
-    o1, o2 = _pair_views(out, cfg)
-    tmp = np.multiply(x2, sin)
-    np.multiply(x1, cos, out=o1)
-    np.subtract(o1, tmp, out=o1)
-    np.multiply(x1, sin, out=tmp)
-    np.multiply(x2, cos, out=o2)
-    np.add(o2, tmp, out=o2)
-    if zero is not None and zero.any():
-        # Position 0 is the identity bit for bit, signed zeros included (x - 0*y can flip -0.0).
-        rd = cfg.rotary_dim
-        np.copyto(out[..., :rd], x[..., :rd], where=zero)
+def _rotate_half_block(out, x, cos_full, sin_full, rd: int) -> None:
+    """Half layout on one block: full-width products, then the two cross terms (4 ufunc calls)."""
+    h = rd // 2
+    np.multiply(x[..., :rd], cos_full, out=out[..., :rd])  # [x1 c, x2 c]
+    tmp = np.multiply(x[..., :rd], sin_full)  # [x1 s, x2 s]
+    np.subtract(out[..., :h], tmp[..., h:], out=out[..., :h])  # x1 c - x2 s
+    np.add(out[..., h:rd], tmp[..., :h], out=out[..., h:rd])  # x2 c + x1 s
+
+
+def _rotate_interleaved_block(out, x, rot, rd: int) -> None:
+    """Interleaved layout on one block: pairs viewed as complex numbers, one multiply.
+
+    NumPy's complex product is (x1 c - x2 s) + i (x1 s + x2 c): the same formula as the half layout.
+    """
+    np.multiply(x[..., :rd].view(np.complex128), rot, out=out[..., :rd].view(np.complex128))
 
 
 def apply(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None) -> np.ndarray:
@@ -95,17 +89,35 @@ def apply(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None
     out[..., rd:] = x[..., rd:]
     if x.size == 0:
         return out
+    if cfg.layout == "half":
+        tables = (np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1))
+    else:
+        if x.strides[-1] != x.itemsize:
+            x = np.ascontiguousarray(x)
+        rot = np.empty(cos.shape, dtype=np.complex128)
+        rot.real, rot.imag = cos, sin
+        tables = (rot,)
+    if x.ndim == 1:  # give a single vector a leading axis to block over
+        x, out_view, tables = x[None], out[None], tuple(t[None] for t in tables)
+        zero = None if zero is None else zero[None]
+    else:
+        out_view = out
     # Block over the longest leading axis so temporaries stay cache-sized.
     axis = int(np.argmax(x.shape[:-1]))
     row_elements = x.size // x.shape[axis]
     step = max(1, _BLOCK_ELEMENTS // max(row_elements, 1))
     for start in range(0, x.shape[axis], step):
         sl = (slice(None),) * axis + (slice(start, start + step),)
-
-        def take(t, sl=sl):
-            return t if t is None or t.shape[axis] == 1 else t[sl]
-
-        _rotate_block(out[sl], x[sl], take(cos), take(sin), take(zero), cfg)
+        parts = [t if t.shape[axis] == 1 else t[sl] for t in tables]
+        if cfg.layout == "half":
+            _rotate_half_block(out_view[sl], x[sl], parts[0], parts[1], rd)
+        else:
+            _rotate_interleaved_block(out_view[sl], x[sl], parts[0], rd)
+        if zero is not None:
+            z = zero if zero.shape[axis] == 1 else zero[sl]
+            if z.any():
+                # Position 0 is the identity bit for bit, signed zeros included (x - 0*y can flip -0.0).
+                np.copyto(out_view[sl][..., :rd], x[sl][..., :rd], where=z)
     return out
 
 

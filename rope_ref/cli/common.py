@@ -30,7 +30,9 @@ def parse_positions(spec: str) -> np.ndarray:
             else:
                 values.append(float(token))
         except ValueError:
-            raise ValueError(f"positions: cannot parse {token!r} (use '0,1,2', 'a:b' or 'a:b:step')") from None
+            raise ValueError(
+                f"positions: cannot parse {token!r} (use '0,1,2', 'a:b' or 'a:b:step')"
+            ) from None
     arr = np.asarray(values, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"positions must be finite, got {spec!r}")
@@ -46,5 +48,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, layout_required: bo
 
 def config_from_args(args: argparse.Namespace, scaling=None) -> RopeConfig:
     return RopeConfig(
-        args.head_dim, layout=args.layout or "half", rotary_dim=args.rotary_dim, base=args.base, scaling=scaling
+        args.head_dim,
+        layout=args.layout or "half",
+        rotary_dim=args.rotary_dim,
+        base=args.base,
+        scaling=scaling,
     )

@@ -22,14 +22,16 @@ def run(args: argparse.Namespace) -> int:
     freqs = inv_freq(cfg)
     cos, sin = cos_sin(positions, cfg)
     d = args.digits
-    print(f"head_dim={cfg.head_dim} rotary_dim={cfg.rotary_dim} base={cfg.base:g} "
-          f"attention_factor={attention_factor(cfg):g}  (float64)")
+    print(
+        f"head_dim={cfg.head_dim} rotary_dim={cfg.rotary_dim} base={cfg.base:g} "
+        f"attention_factor={attention_factor(cfg):g}  (float64)"
+    )
     print("inv_freq[i] = base^(-2i/rotary_dim):")
     for i, f in enumerate(freqs):
         print(f"  i={i:<4d} {f:.{d}f}")
     header = "  ".join(f"{'pair ' + str(i):>{2 * d + 8}}" for i in range(freqs.size))
     print(f"\n(cos, sin) per pair:\n{'position':>10}  {header}")
-    for m, c_row, s_row in zip(positions, cos, sin):
-        cells = "  ".join(f"({c:+.{d}f},{s:+.{d}f})" for c, s in zip(c_row, s_row))
+    for m, c_row, s_row in zip(positions, cos, sin, strict=True):
+        cells = "  ".join(f"({c:+.{d}f},{s:+.{d}f})" for c, s in zip(c_row, s_row, strict=True))
         print(f"{m!s:>10}  {cells}")
     return 0 if np.all(np.isfinite(cos)) else 1

@@ -1,0 +1,227 @@
+"""Mathematical identities of the rotation (RoFormer §3.2-3.4), checked with hypothesis.
+
+Each test compares against an independent formulation (explicit matrix, complex numbers, the
+relative-position property) rather than against values produced by the function under test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import configs, finite, positions_st, vectors
+
+import rope_ref
+from rope_ref import RopeConfig
+
+
+def explicit_rotation(x: np.ndarray, m: float, cfg: RopeConfig) -> np.ndarray:
+    """R_{Theta,m} x built pair by pair from the definition (RoFormer eq. 13), independent of apply."""
+    d = cfg.rotary_dim
+    y = np.array(x, dtype=np.float64)
+    for i in range(d // 2):
+        theta = m * cfg.base ** (-2.0 * i / d)
+        a, b = (i, i + d // 2) if cfg.layout == "half" else (2 * i, 2 * i + 1)
+        c, s = np.cos(theta), np.sin(theta)
+        y[..., a] = x[..., a] * c - x[..., b] * s
+        y[..., b] = x[..., b] * c + x[..., a] * s
+    return y
+
+
+@given(cfg=configs(), data=st.data())
+def test_elementwise_matrix_complex_and_explicit_forms_agree(cfg, data):
+    x = data.draw(vectors(cfg.head_dim, (3,)))
+    m = data.draw(positions_st)
+    scale = 1 + np.abs(x).max() * (1 + abs(m))
+    y = rope_ref.apply(x, m, cfg)
+    np.testing.assert_allclose(y, x @ rope_ref.rotation_matrix(m, cfg).T, rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(y, rope_ref.apply_complex(x, m, cfg), rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(y, explicit_rotation(x, m, cfg), rtol=0, atol=1e-12 * scale)
+
+
+@given(cfg=configs(), data=st.data())
+def test_each_pair_norm_is_preserved(cfg, data):
+    x = data.draw(vectors(cfg.head_dim, (2,)))
+    m = data.draw(positions_st)
+    y = rope_ref.apply(x, m, cfg)
+    a, b = rope_ref.pair_indices(cfg)
+    before = np.hypot(x[..., a], x[..., b])
+    after = np.hypot(y[..., a], y[..., b])
+    np.testing.assert_allclose(after, before, rtol=1e-14, atol=1e-300)
+
+
+@given(cfg=configs(), data=st.data())
+def test_position_zero_is_bitwise_identity(cfg, data):
+    x = data.draw(vectors(cfg.head_dim, (4,)))
+    x[0, 0] = -0.0  # signed zeros must survive too
+    y = rope_ref.apply(x, 0, cfg)
+    assert np.array_equal(y.view(np.int64), x.view(np.int64))
+
+
+def test_position_zero_identity_survives_mixed_batch():
+    cfg = RopeConfig(8, layout="half")
+    x = np.full((3, 8), -0.0)
+    x[:, 4:] = -1.0
+    y = rope_ref.apply(x, np.array([0, 1, 0]), cfg)
+    assert np.array_equal(y[[0, 2]].view(np.int64), x[[0, 2]].view(np.int64))
+    assert not np.array_equal(y[1], x[1])
+
+
+@given(cfg=configs(), data=st.data())
+def test_composition_adds_positions_and_negative_inverts(cfg, data):
+    x = data.draw(vectors(cfg.head_dim, (2,)))
+    a = data.draw(positions_st)
+    b = data.draw(positions_st)
+    scale = 1 + np.abs(x).max() * (1 + abs(a) + abs(b))
+    twice = rope_ref.apply(rope_ref.apply(x, a, cfg), b, cfg)
+    np.testing.assert_allclose(twice, rope_ref.apply(x, a + b, cfg), rtol=0, atol=1e-12 * scale)
+    back = rope_ref.apply(rope_ref.apply(x, a, cfg), -a, cfg)
+    np.testing.assert_allclose(back, x, rtol=0, atol=1e-12 * scale)
+
+
+@given(cfg=configs(), data=st.data())
+def test_scores_depend_only_on_relative_position(cfg, data):
+    q = data.draw(vectors(cfg.head_dim))
+    k = data.draw(vectors(cfg.head_dim))
+    m = data.draw(st.integers(-5000, 5000))
+    n = data.draw(st.integers(-5000, 5000))
+    shift = data.draw(st.integers(-5000, 5000))
+    s1 = rope_ref.apply(q, m, cfg) @ rope_ref.apply(k, n, cfg)
+    s2 = rope_ref.apply(q, m + shift, cfg) @ rope_ref.apply(k, n + shift, cfg)
+    s3 = q @ rope_ref.apply(k, n - m, cfg)  # RoFormer eq. 16: q^T R_{n-m} k
+    tol = 1e-11 * (1 + np.abs(q).sum() * np.abs(k).max()) * (1 + abs(m) + abs(n) + abs(shift))
+    assert abs(s1 - s2) <= tol
+    assert abs(s1 - s3) <= tol
+
+
+@given(cfg=configs(max_head_dim=16), m=positions_st, n=positions_st)
+def test_rotation_matrices_compose(cfg, m, n):
+    rm = rope_ref.rotation_matrix(m, cfg)
+    rn = rope_ref.rotation_matrix(n, cfg)
+    tol = 1e-12 * (1 + abs(m) + abs(n))
+    np.testing.assert_allclose(rm.T @ rn, rope_ref.rotation_matrix(n - m, cfg), rtol=0, atol=tol)
+    np.testing.assert_allclose(rm.T @ rm, np.eye(cfg.head_dim), rtol=0, atol=1e-14)
+
+
+@given(cfg=configs(), data=st.data())
+def test_layout_permutation_relation(cfg, data):
+    x = data.draw(vectors(cfg.head_dim, (3,)))
+    m = data.draw(positions_st)
+    perm = rope_ref.layout_permutation(cfg)
+    half = cfg.replace(layout="half")
+    inter = cfg.replace(layout="interleaved")
+    np.testing.assert_allclose(
+        rope_ref.apply(x[..., perm], m, half),
+        rope_ref.apply(x, m, inter)[..., perm],
+        rtol=0,
+        atol=1e-13 * (1 + np.abs(x).max() * (1 + abs(m))),
+    )
+    inv = rope_ref.inverse_layout_permutation(cfg)
+    assert np.array_equal(x[..., perm][..., inv], x)
+
+
+def test_layout_permutation_matches_hf_llama_conversion_for_head_dim_8():
+    # HF convert_llama_weights_to_hf.py `permute` maps a head's rows to [0 2 4 6 1 3 5 7] (peers.md §8).
+    assert rope_ref.layout_permutation(RopeConfig(8, layout="half")).tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert rope_ref.layout_permutation(RopeConfig(8, layout="half", rotary_dim=4)).tolist() == [
+        0,
+        2,
+        1,
+        3,
+        4,
+        5,
+        6,
+        7,
+    ]
+
+
+@given(cfg=configs(), data=st.data())
+def test_pass_through_channels_are_bit_identical(cfg, data):
+    x = data.draw(vectors(cfg.head_dim, (2, 3)))
+    m = data.draw(positions_st)
+    y = rope_ref.apply(x, m, cfg)
+    rd = cfg.rotary_dim
+    assert np.array_equal(y[..., rd:].view(np.int64), x[..., rd:].view(np.int64))
+
+
+@pytest.mark.parametrize("head_dim", [4, 8, 64, 128])
+def test_the_two_layouts_differ_on_generic_input(head_dim):
+    x = np.random.default_rng(1).standard_normal((5, head_dim))
+    pos = np.arange(1, 6)
+    half = rope_ref.apply(x, pos, RopeConfig(head_dim, layout="half"))
+    inter = rope_ref.apply(x, pos, RopeConfig(head_dim, layout="interleaved"))
+    assert np.abs(half - inter).max() > 0.1
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_large_blocked_and_non_contiguous_inputs_match_the_explicit_form(layout):
+    # Big enough to cross several processing blocks; a transposed (non-contiguous) view too.
+    cfg = RopeConfig(16, layout=layout, rotary_dim=12)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 700, 5, 16))
+    pos = rng.uniform(-3000, 3000, size=(3, 700, 1))
+    expected = np.empty_like(x)
+    for idx in np.ndindex(x.shape[:-1]):
+        expected[idx] = explicit_rotation(x[idx], pos[idx[0], idx[1], 0], cfg)
+    np.testing.assert_allclose(rope_ref.apply(x, pos, cfg), expected, rtol=0, atol=1e-11)
+    xt = np.ascontiguousarray(np.swapaxes(x, 1, 2)).swapaxes(1, 2)  # same values, other strides
+    np.testing.assert_allclose(rope_ref.apply(xt, pos, cfg), expected, rtol=0, atol=1e-11)
+    xs = np.concatenate([x, x], axis=-1)[..., ::2]  # last-axis stride 2
+    cfg2 = RopeConfig(16, layout=layout, rotary_dim=12)
+    np.testing.assert_allclose(
+        rope_ref.apply(xs, pos, cfg2), rope_ref.apply(np.ascontiguousarray(xs), pos, cfg2)
+    )
+
+
+def test_positions_broadcast_per_row_and_per_head():
+    cfg = RopeConfig(8, layout="interleaved")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 3, 8))
+    pos = rng.integers(0, 100, size=(2, 4, 1))
+    y = rope_ref.apply(x, pos, cfg)
+    for b in range(2):
+        for s in range(4):
+            for h in range(3):
+                np.testing.assert_allclose(
+                    y[b, s, h], explicit_rotation(x[b, s, h], pos[b, s, 0], cfg), atol=1e-12
+                )
+    seq_only = rope_ref.apply(x, np.arange(4)[:, None], cfg)
+    np.testing.assert_allclose(seq_only[1, 2, 0], explicit_rotation(x[1, 2, 0], 2, cfg), atol=1e-12)
+
+
+@given(
+    m=st.floats(-50, 50, allow_nan=False),
+    x=st.lists(finite, min_size=2, max_size=2),
+)
+def test_sinusoidal_embedding_matches_its_definition(m, x):
+    pe = rope_ref.sinusoidal_embedding(m, 6)
+    for i in range(3):
+        w = 10000.0 ** (2 * i / 6)
+        assert pe[2 * i] == pytest.approx(np.sin(m / w), abs=1e-12)
+        assert pe[2 * i + 1] == pytest.approx(np.cos(m / w), abs=1e-12)
+
+
+def test_attention_matches_an_explicit_loop_and_is_shift_invariant():
+    cfg = RopeConfig(8, layout="half", rotary_dim=6)
+    rng = np.random.default_rng(4)
+    q, k, v = rng.standard_normal((3, 8)), rng.standard_normal((5, 8)), rng.standard_normal((5, 2))
+    qp, kp = np.array([4, 5, 6]), np.arange(5)
+    mask = kp[None, :] <= qp[:, None] - 2
+    out, probs = rope_ref.attention(q, k, v, qp, kp, cfg, mask=mask)
+    for i in range(3):
+        scores = np.array(
+            [
+                explicit_rotation(q[i], qp[i], cfg) @ explicit_rotation(k[j], kp[j], cfg) / np.sqrt(8)
+                if mask[i, j]
+                else -np.inf
+                for j in range(5)
+            ]
+        )
+        w = np.exp(scores - scores.max())
+        np.testing.assert_allclose(probs[i], w / w.sum(), atol=1e-12)
+        np.testing.assert_allclose(out[i], (w / w.sum()) @ v, atol=1e-12)
+    shifted, _ = rope_ref.attention(q, k, v, qp + 1000, kp + 1000, cfg, mask=mask)
+    np.testing.assert_allclose(shifted, out, atol=1e-10)
+    with pytest.raises(ValueError, match="mask"):
+        rope_ref.attention(q, k, v, qp, kp, cfg, mask=np.zeros((3, 5), bool))

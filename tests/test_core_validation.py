@@ -1,0 +1,130 @@
+"""Bad input raises ValueError/TypeError naming the argument and value; nothing else ever escapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import rope_ref
+from rope_ref import RopeConfig
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "pattern"),
+    [
+        ({"head_dim": 7}, ValueError, "head_dim.*7"),
+        ({"head_dim": 0}, ValueError, "head_dim.*0"),
+        ({"head_dim": -4}, ValueError, "head_dim.*-4"),
+        ({"head_dim": 8.0}, TypeError, "head_dim.*float"),
+        ({"head_dim": True}, TypeError, "head_dim.*bool"),
+        ({"rotary_dim": 3}, ValueError, "rotary_dim.*3"),
+        ({"rotary_dim": 0}, ValueError, "rotary_dim.*0"),
+        ({"rotary_dim": -2}, ValueError, "rotary_dim.*-2"),
+        ({"rotary_dim": 10}, ValueError, "rotary_dim.*10"),
+        ({"base": 1.0}, ValueError, "base.*1"),
+        ({"base": 0.5}, ValueError, "base.*0.5"),
+        ({"base": -10.0}, ValueError, "base.*-10"),
+        ({"base": float("nan")}, ValueError, "base.*nan"),
+        ({"base": float("inf")}, ValueError, "base.*inf"),
+        ({"base": "10000"}, TypeError, "base.*str"),
+        ({"layout": "neox"}, ValueError, "layout.*neox"),
+        ({"layout": None}, TypeError, "layout.*None"),
+        ({"scaling": 2.0}, TypeError, "scaling.*float"),
+    ],
+)
+def test_config_rejects_bad_values_naming_them(kwargs, exc, pattern):
+    args = {"head_dim": 8, "layout": "half"} | kwargs
+    head_dim = args.pop("head_dim")
+    with pytest.raises(exc, match=pattern):
+        RopeConfig(head_dim, **args)
+
+
+def test_layout_has_no_default():
+    with pytest.raises(TypeError, match="layout"):
+        RopeConfig(8)  # type: ignore[call-arg]
+
+
+CFG = RopeConfig(8, layout="interleaved")
+
+
+@pytest.mark.parametrize(
+    ("x", "positions", "exc", "pattern"),
+    [
+        (np.zeros((2, 6)), [0, 1], ValueError, r"head_dim=8.*\(2, 6\)"),
+        (np.zeros((2, 8), dtype=np.int64), [0, 1], TypeError, "x.*int64"),
+        (np.zeros((2, 8), dtype=np.complex128), [0, 1], TypeError, "x.*complex"),
+        (np.zeros((2, 8), dtype=bool), [0, 1], TypeError, "x.*bool"),
+        ("hello", 0, TypeError, "x"),
+        (None, 0, TypeError, "x"),
+        (np.float64(1.0), 0, ValueError, "x.shape"),
+        (np.zeros((2, 8)), [0, np.nan], ValueError, "positions.*nan"),
+        (np.zeros((2, 8)), [0, np.inf], ValueError, "positions.*inf"),
+        (np.zeros((2, 8)), [0, 1, 2], ValueError, r"positions.*\(3,\).*\(2,\)"),
+        (np.zeros((2, 8)), np.zeros((3, 2)), ValueError, "positions.*broadcast"),
+        (np.zeros((2, 8)), ["a", "b"], TypeError, "positions"),
+        (np.zeros((2, 8)), [True, False], TypeError, "positions.*bool"),
+        (np.zeros((2, 8)), np.array([2**60]), ValueError, "positions.*2\\*\\*53"),
+    ],
+)
+def test_apply_rejects_bad_input_naming_it(x, positions, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        rope_ref.apply(x, positions, CFG)
+
+
+def test_cfg_must_be_a_ropeconfig():
+    with pytest.raises(TypeError, match="cfg"):
+        rope_ref.apply(np.zeros(8), 0, {"head_dim": 8})
+    with pytest.raises(TypeError, match="seq_len"):
+        rope_ref.inv_freq(CFG, seq_len=2.5)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_empty_arrays_work(layout):
+    cfg = RopeConfig(8, layout=layout)
+    assert rope_ref.apply(np.zeros((0, 8)), np.zeros(0), cfg).shape == (0, 8)
+    assert rope_ref.apply(np.zeros((2, 0, 3, 8)), np.zeros((0, 1)), cfg).shape == (2, 0, 3, 8)
+    cos, sin = rope_ref.cos_sin(np.zeros((0,)), cfg)
+    assert cos.shape == sin.shape == (0, 4)
+
+
+def test_float16_and_float32_inputs_are_widened_exactly():
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float16)
+    y = rope_ref.apply(x, [1, 2, 3], CFG)
+    assert y.dtype == np.float64
+    np.testing.assert_array_equal(y, rope_ref.apply(x.astype(np.float64), [1, 2, 3], CFG))
+
+
+garbage = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.lists(st.one_of(st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=2)), max_size=4),
+    st.lists(st.lists(st.floats(), max_size=3), max_size=3),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    st.builds(lambda n, k: np.zeros((n, k)), st.integers(0, 3), st.integers(0, 10)),
+    st.builds(lambda n: np.arange(n), st.integers(0, 5)),
+)
+
+
+@given(x=garbage, positions=garbage, head_dim=garbage, rotary_dim=garbage, base=garbage, layout=garbage)
+def test_garbage_only_ever_raises_value_or_type_error(x, positions, head_dim, rotary_dim, base, layout):
+    try:
+        cfg = RopeConfig(head_dim, layout=layout, rotary_dim=rotary_dim, base=base)
+    except (ValueError, TypeError):
+        cfg = CFG
+    for fn in (
+        lambda: rope_ref.apply(x, positions, cfg),
+        lambda: rope_ref.apply_complex(x, positions, cfg),
+        lambda: rope_ref.cos_sin(positions, cfg),
+        lambda: rope_ref.rotation_matrix(positions, cfg),
+        lambda: rope_ref.sinusoidal_embedding(positions, head_dim),
+    ):
+        try:
+            fn()
+        except (ValueError, TypeError):
+            pass

@@ -1,0 +1,53 @@
+"""Light imports (a subprocess proves it) and the command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+import rope_ref
+from rope_ref.cli import main
+from rope_ref.cli.common import parse_positions
+
+
+def test_import_rope_ref_loads_no_heavy_library():
+    code = (
+        "import sys, rope_ref, rope_ref.backends, rope_ref.conformance, rope_ref.cli;"
+        "heavy = [m for m in ('torch', 'cupy', 'jax', 'matplotlib') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_version_and_help(capsys):
+    for argv in (["--version"], ["--help"]):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            assert exc.code == 0
+    out = capsys.readouterr().out
+    assert rope_ref.__version__ in out
+    assert "table" in out
+
+
+def test_table_prints_published_values(capsys):
+    assert main(["table", "--head-dim", "8", "--positions", "0:3", "--digits", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "(+0.5403,+0.8415)" in out and "(-0.4161,+0.9093)" in out
+    assert "0.1000" in out and "0.0010" in out
+
+
+def test_table_reports_bad_arguments(capsys):
+    assert main(["table", "--head-dim", "7"]) == 2
+    assert "head_dim must be a positive even integer, got 7" in capsys.readouterr().err
+    assert main(["table", "--head-dim", "8", "--positions", "1,x"]) == 2
+    assert "'x'" in capsys.readouterr().err
+
+
+def test_parse_positions():
+    assert parse_positions("0:4,255,256").tolist() == [0, 1, 2, 3, 255, 256]
+    assert parse_positions("0:10:5").tolist() == [0, 5]
+    np.testing.assert_array_equal(parse_positions("0.5,-1"), [0.5, -1.0])
