@@ -58,13 +58,20 @@ def _prepare(x: Any, positions: Any, cfg: RopeConfig, seq_len: int | None):
     return cfg, x, cos, sin, zero if identity_at_zero else None
 
 
-def _rotate_half_block(out, x, cos_full, sin_full, rd: int) -> None:
-    """Half layout on one block: full-width products, then the two cross terms (4 ufunc calls)."""
+def _rotate_half_block(out, x, cos_full, sin_signed, rd: int) -> None:
+    """Half layout on one block in three ufunc calls, with exactly the formula's roundings.
+
+    ``cos_full = [c, c]`` and ``sin_signed = [s, -s]``: after ``out = x * cos_full`` and
+    ``tmp = x * sin_signed = [x1 s, -(x2 s)]``, adding ``tmp`` with its halves swapped gives
+    ``x1 c + (-(x2 s)) = x1 c - x2 s`` and ``x2 c + x1 s`` (negation is exact, so this is bitwise the
+    elementwise form).
+    """
     h = rd // 2
-    np.multiply(x[..., :rd], cos_full, out=out[..., :rd])  # [x1 c, x2 c]
-    tmp = np.multiply(x[..., :rd], sin_full)  # [x1 s, x2 s]
-    np.subtract(out[..., :h], tmp[..., h:], out=out[..., :h])  # x1 c - x2 s
-    np.add(out[..., h:rd], tmp[..., :h], out=out[..., h:rd])  # x2 c + x1 s
+    np.multiply(x[..., :rd], cos_full, out=out[..., :rd])
+    tmp = np.multiply(x[..., :rd], sin_signed)
+    # Splitting the (unit-stride) last axis into (2, h) is always a view, never a copy.
+    out4 = out[..., :rd].reshape(out.shape[:-1] + (2, h))
+    np.add(out4, tmp.reshape(out4.shape)[..., ::-1, :], out=out4)
 
 
 def _rotate_interleaved_block(out, x, rot, rd: int) -> None:
@@ -90,7 +97,7 @@ def apply(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None
     if x.size == 0:
         return out
     if cfg.layout == "half":
-        tables = (np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1))
+        tables = (np.concatenate([cos, cos], axis=-1), np.concatenate([sin, -sin], axis=-1))
     else:
         if x.strides[-1] != x.itemsize:
             x = np.ascontiguousarray(x)
