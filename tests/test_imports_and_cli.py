@@ -51,3 +51,17 @@ def test_parse_positions():
     assert parse_positions("0:4,255,256").tolist() == [0, 1, 2, 3, 255, 256]
     assert parse_positions("0:10:5").tolist() == [0, 5]
     np.testing.assert_array_equal(parse_positions("0.5,-1"), [0.5, -1.0])
+
+
+def test_one_top_level_name_with_mapped_subpackages():
+    from importlib import metadata
+    from pathlib import Path
+
+    import rope_ref.backends
+    import rope_ref.conformance
+
+    top = metadata.distribution("rope-ref").read_text("top_level.txt")
+    assert top is not None and top.split() == ["rope_ref"]
+    # backends/ and conformance/ install as rope_ref.backends / rope_ref.conformance (package-dir mapping).
+    assert Path(rope_ref.backends.__file__).parent.name == "backends"
+    assert Path(rope_ref.conformance.__file__).parent.name == "conformance"
