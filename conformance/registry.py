@@ -46,7 +46,7 @@ def _from_module(module_name: str, options: dict[str, Any], precision: str | Non
     module = importlib.import_module(module_name)
     available = getattr(module, "available", None)
     if available is not None:
-        ok, reason = available(**{k: v for k, v in options.items() if k == "device"})
+        ok, reason = available(**options)
         if not ok:
             raise BackendUnavailable(reason)
     return module.make_backend(precision=precision, **options)
