@@ -1,0 +1,292 @@
+"""Long-term decay of RoPE: RoFormer's relative upper bound, the Abel-summation inequality, score curves.
+
+Source: Su et al., *RoFormer*, arXiv 2104.09864, §3.4.3, eqs. 35-37. With h_i = q_[2i:2i+1] k*_[2i:2i+1]
+(pair i of q and k as complex numbers), S_j = sum_{i=0}^{j-1} e^{i r theta_i}, h_{d/2} = 0 and r = m - n,
+
+    (R_m q)^T (R_n k) = Re[sum_i h_i e^{i r theta_i}]                                  (eq. 35)
+    |sum_i h_i e^{i r theta_i}| <= (max_i |h_{i+1} - h_i|) * sum_{j=1}^{d/2} |S_j|      (eqs. 36-37)
+
+and the paper plots the "relative upper bound" (1/(d/2)) sum_{j=1}^{d/2} |S_j| against r (Figure 2; the
+plotting recipe with d = 128 is in Su's blog, https://kexue.fm/archives/8265, section 远程衰减).
+Here d is the *rotary* width and theta_i the config's frequencies, so every scaling type works.
+matplotlib is imported only inside :func:`plot_decay`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ._arrays import as_float64, as_positions, check_int, check_real
+from .config import RopeConfig
+from .frequencies import _check_config, attention_factor, inv_freq, resolve_seq_len
+from .rotation import pair_indices
+
+__all__ = ["relative_upper_bound", "abel_bound", "AbelBound", "score_curve", "plot_decay", "config_label"]
+
+#: Default memory budget of one chunk of :func:`relative_upper_bound` (bytes of float64 work arrays).
+DEFAULT_MAX_BYTES = 32 * 2**20
+
+
+def _distances_and_seq_len(
+    distances: Any, cfg: RopeConfig, seq_len: int | None
+) -> tuple[np.ndarray, int | None]:
+    """Validate distances; pick the sequence length a length-dependent scaling sees.
+
+    Without an explicit ``seq_len`` a length-dependent scaling (dynamic NTK, LongRoPE) sees
+    max|r| + 1, the shortest sequence that contains every distance (HF's max(position_ids) + 1 rule).
+    """
+    r = as_positions(distances, "distances")
+    return r, resolve_seq_len(np.abs(r), cfg, seq_len)
+
+
+def relative_upper_bound(
+    distances: Any, cfg: RopeConfig, *, seq_len: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES
+) -> np.ndarray:
+    """RoFormer's relative upper bound (1/(d/2)) sum_{j=1}^{d/2} |S_j(r)|, float64, shape of ``distances``.
+
+    S_j(r) = sum_{i=0}^{j-1} e^{i r theta_i} with theta_i = ``inv_freq(cfg, seq_len)`` (RoFormer §3.4.3,
+    text after eq. 37; Figure 2). d = ``cfg.rotary_dim``. Distances may be real and negative
+    (f(-r) = f(r)). At r = 0 every S_j = j, so the value is (d/2 + 1)/2. The attention factor of a
+    scaling is not included: it multiplies the score by A**2 but not the phases.
+
+    Work is chunked over distances so that the temporary arrays stay below ``max_bytes`` (at least one
+    distance per chunk).
+    """
+    cfg = _check_config(cfg)
+    max_bytes = check_int(max_bytes, "max_bytes", minimum=1)
+    r, seq_len = _distances_and_seq_len(distances, cfg, seq_len)
+    theta = inv_freq(cfg, seq_len)
+    n = theta.size
+    flat = r.reshape(-1)
+    out = np.empty(flat.shape, dtype=np.float64)
+    rows = max(1, max_bytes // (2 * 8 * n))  # two float64 (rows, n) buffers
+    re = np.empty((min(rows, max(flat.size, 1)), n))
+    im = np.empty_like(re)
+    for start in range(0, flat.size, rows):
+        chunk = flat[start : start + rows]
+        c = chunk.size
+        a, b = re[:c], im[:c]
+        np.multiply(chunk[:, None], theta[None, :], out=a)
+        np.sin(a, out=b)
+        np.cos(a, out=a)
+        np.cumsum(a, axis=1, out=a)
+        np.cumsum(b, axis=1, out=b)
+        # |S_j| = sqrt(Re^2 + Im^2); no overflow risk (|S_j| <= j), and cheaper than np.hypot.
+        np.multiply(a, a, out=a)
+        np.multiply(b, b, out=b)
+        np.add(a, b, out=a)
+        np.sqrt(a, out=a)
+        np.mean(a, axis=1, out=out[start : start + c])
+    return out.reshape(r.shape)
+
+
+class AbelBound(NamedTuple):
+    """Both sides of RoFormer eq. 37: ``exact`` = |sum_i h_i e^{i r theta_i}| <= ``bound``."""
+
+    exact: np.ndarray
+    bound: np.ndarray
+
+
+def _complex_pairs(x: np.ndarray, cfg: RopeConfig) -> np.ndarray:
+    """Pair i of ``x`` as the complex number x_a + i x_b, following the config's layout."""
+    a, b = pair_indices(cfg)
+    return x[..., a] + 1j * x[..., b]
+
+
+def _check_vector(x: Any, cfg: RopeConfig, name: str) -> np.ndarray:
+    arr = as_float64(x, name)
+    if arr.ndim == 0 or arr.shape[-1] != cfg.head_dim:
+        raise ValueError(f"{name}.shape[-1] must equal head_dim={cfg.head_dim}, got {name}.shape={arr.shape}")
+    return arr
+
+
+def abel_bound(q: Any, k: Any, distance: Any, cfg: RopeConfig, *, seq_len: int | None = None) -> AbelBound:
+    """Both sides of the Abel-summation inequality (RoFormer eqs. 36-37) for q, k at relative distance r.
+
+    ``exact`` = |sum_{i<d/2} h_i e^{i r theta_i}| with h_i = q_pair_i * conj(k_pair_i) (pairs taken from
+    the config's layout, d = rotary_dim; pass-through channels do not enter). ``bound`` =
+    (max_{0<=i<d/2} |h_{i+1} - h_i|) * sum_{j=1}^{d/2} |S_j(r)|, with h_{d/2} = 0. ``q`` and ``k`` have
+    shape ``(..., head_dim)`` and broadcast together; ``distance`` broadcasts against their leading shape.
+    The attention factor of a scaling is left out, as in the paper.
+    """
+    cfg = _check_config(cfg)
+    q = _check_vector(q, cfg, "q")
+    k = _check_vector(k, cfg, "k")
+    try:
+        lead = np.broadcast_shapes(q.shape[:-1], k.shape[:-1])
+    except ValueError:
+        raise ValueError(f"q of shape {q.shape} and k of shape {k.shape} do not broadcast together") from None
+    r, seq_len = _distances_and_seq_len(distance, cfg, seq_len)
+    try:
+        lead = np.broadcast_shapes(lead, r.shape)
+    except ValueError:
+        raise ValueError(f"distance of shape {r.shape} does not broadcast against q/k shape {lead}") from None
+    theta = inv_freq(cfg, seq_len)
+    h = _complex_pairs(q, cfg) * np.conj(_complex_pairs(k, cfg))
+    phase = np.exp(1j * (r[..., None] * theta))
+    exact = np.abs(np.sum(h * phase, axis=-1))
+    h_next = np.concatenate([h[..., 1:], np.zeros_like(h[..., :1])], axis=-1)
+    max_step = np.max(np.abs(h_next - h), axis=-1)
+    sum_abs_s = theta.size * relative_upper_bound(r, cfg, seq_len=seq_len)
+    bound = max_step * sum_abs_s
+    return AbelBound(np.broadcast_to(exact, lead).copy(), np.broadcast_to(bound, lead).copy())
+
+
+def score_curve(
+    distances: Any,
+    cfg: RopeConfig,
+    q: Any = None,
+    k: Any = None,
+    *,
+    samples: int = 0,
+    seed: int = 0,
+    correlation: float = 1.0,
+    seq_len: int | None = None,
+) -> np.ndarray:
+    """The rotated score (R_m q)^T (R_n k) as a function of r = m - n, float64, shape of ``distances``.
+
+    By RoFormer eq. 35 the score is A**2 Re[sum_i h_i e^{i r theta_i}] plus the plain dot product of the
+    pass-through channels, A being the scaling's attention factor (HF multiplies cos and sin by A). It
+    depends on m and n only through r.
+
+    - Default (``q = k = None``, ``samples = 0``): q = k = all-ones, the curve often shown in blog posts
+      (it equals 2 A**2 sum_i cos(r theta_i) when nothing passes through).
+    - ``q``, ``k`` of shape ``(..., head_dim)``: the score averaged over their (broadcast) leading axes.
+    - ``samples > 0`` (q and k must be None): the average over ``samples`` random pairs, q ~ N(0, I)
+      and k = rho q + sqrt(1 - rho**2) eps with rho = ``correlation``, eps ~ N(0, I), drawn with
+      ``numpy.random.default_rng(seed)``.
+      Its expectation is rho times the all-ones curve.
+
+    The score is linear in h, so averaging h over samples first is exact.
+    """
+    cfg = _check_config(cfg)
+    samples = check_int(samples, "samples", minimum=0)
+    r, seq_len = _distances_and_seq_len(distances, cfg, seq_len)
+    if samples:
+        if q is not None or k is not None:
+            raise ValueError("pass either q and k, or samples > 0, not both")
+        seed = check_int(seed, "seed", minimum=0)
+        rho = check_real(correlation, "correlation")
+        if not -1.0 <= rho <= 1.0:
+            raise ValueError(f"correlation must be in [-1, 1], got {rho}")
+        rng = np.random.default_rng(seed)
+        q = rng.standard_normal((samples, cfg.head_dim))
+        k = rho * q + np.sqrt(1.0 - rho * rho) * rng.standard_normal((samples, cfg.head_dim))
+    else:
+        if (q is None) != (k is None):
+            raise ValueError("pass both q and k, or neither")
+        if q is None:
+            q = k = np.ones(cfg.head_dim)
+    q = _check_vector(q, cfg, "q")
+    k = _check_vector(k, cfg, "k")
+    try:
+        q, k = np.broadcast_arrays(q, k)
+    except ValueError:
+        raise ValueError(f"q of shape {q.shape} and k of shape {k.shape} do not broadcast together") from None
+    q2 = q.reshape(-1, cfg.head_dim)
+    k2 = k.reshape(-1, cfg.head_dim)
+    h = np.mean(_complex_pairs(q2, cfg) * np.conj(_complex_pairs(k2, cfg)), axis=0)
+    rd = cfg.rotary_dim
+    passthrough = float(np.mean(np.sum(q2[:, rd:] * k2[:, rd:], axis=-1)))
+    theta = inv_freq(cfg, seq_len)
+    scale = attention_factor(cfg, seq_len) ** 2
+    flat = r.reshape(-1)
+    out = np.empty(flat.shape, dtype=np.float64)
+    rows = max(1, DEFAULT_MAX_BYTES // (3 * 8 * theta.size))
+    for start in range(0, flat.size, rows):
+        ang = flat[start : start + rows, None] * theta
+        out[start : start + rows] = np.cos(ang) @ h.real - np.sin(ang) @ h.imag
+    return (scale * out + passthrough).reshape(r.shape)
+
+
+def config_label(cfg: RopeConfig) -> str:
+    """A short legend label: ``d=128 base=10000`` plus the rotary width and scaling when they matter."""
+    cfg = _check_config(cfg)
+    label = f"d={cfg.head_dim} base={cfg.base:g}"
+    if cfg.rotary_dim != cfg.head_dim:
+        label += f" rotary={cfg.rotary_dim}"
+    if cfg.scaling is not None:
+        label += f" {cfg.scaling!r}"
+    return label
+
+
+def plot_decay(
+    configs: RopeConfig | Sequence[RopeConfig],
+    max_distance: float,
+    *,
+    step: float = 1.0,
+    labels: Sequence[str] | None = None,
+    log_x: bool = False,
+    window: int = 1,
+    title: str | None = None,
+    figsize: tuple[float, float] = (7.0, 4.0),
+    path: str | None = None,
+    dpi: int = 100,
+) -> Any:
+    """One matplotlib figure of :func:`relative_upper_bound` over ``0..max_distance`` for several configs.
+
+    Distances are ``0, step, 2 step, ..., <= max_distance``. Curves are labelled by :func:`config_label`
+    unless ``labels`` is given. ``window > 1`` draws the mean over each run of ``window`` consecutive
+    distances (a moving average, plotted at the run's centre), which makes curves out to tens of
+    thousands of positions readable. With ``path`` the figure is saved as PNG (Agg backend). Returns the
+    ``matplotlib.figure.Figure``. Needs the ``plot`` extra (matplotlib); imported only here.
+    """
+    if isinstance(configs, RopeConfig):
+        configs = [configs]
+    configs = [_check_config(c) for c in configs]
+    if not configs:
+        raise ValueError("configs must contain at least one RopeConfig")
+    if labels is None:
+        labels = [config_label(c) for c in configs]
+    labels = list(labels)
+    if len(labels) != len(configs):
+        raise ValueError(f"labels has {len(labels)} entries for {len(configs)} configs")
+    distances = decay_distances(max_distance, step)
+    window = check_int(window, "window", minimum=1)
+    if window > distances.size:
+        raise ValueError(f"window must be <= the number of distances ({distances.size}), got {window}")
+    kernel = np.full(window, 1.0 / window)
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # pragma: no cover - matplotlib is in the test extra
+        raise ImportError("plot_decay needs matplotlib: pip install 'rope-ref[plot]'") from exc
+    fig = Figure(figsize=figsize)
+    ax = fig.add_subplot()
+    for cfg, label in zip(configs, labels, strict=True):
+        curve = relative_upper_bound(distances, cfg)
+        if window > 1:
+            xs = np.convolve(distances, kernel, mode="valid")
+            curve = np.convolve(curve, kernel, mode="valid")
+        else:
+            xs = distances
+        ax.plot(xs, curve, label=label, linewidth=0.8 if window == 1 else 1.2)
+    if log_x:
+        ax.set_xscale("symlog", linthresh=max(step, 1.0))
+    ax.set_xlabel("relative distance m - n")
+    ylabel = "relative upper bound (1/(d/2)) sum |S_j|"
+    ax.set_ylabel(ylabel if window == 1 else f"{ylabel}\nmoving mean over {window} distances")
+    ax.set_title(title or "RoPE long-term decay (RoFormer §3.4.3)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    if path is not None:
+        # Figure() without pyplot uses the Agg canvas for PNG output.
+        fig.savefig(path, dpi=dpi, format="png")
+    return fig
+
+
+def decay_distances(max_distance: float, step: float = 1.0) -> np.ndarray:
+    """The grid ``0, step, ..., <= max_distance`` (float64) used by :func:`plot_decay` and the command."""
+    max_distance = check_real(max_distance, "max_distance")
+    step = check_real(step, "step")
+    if max_distance <= 0:
+        raise ValueError(f"max_distance must be > 0, got {max_distance}")
+    if step <= 0:
+        raise ValueError(f"step must be > 0, got {step}")
+    count = int(np.floor(max_distance / step + 1e-9)) + 1
+    if count > 10_000_000:
+        raise ValueError(f"max_distance / step gives {count} points; at most 10^7 are allowed")
+    return np.arange(count, dtype=np.float64) * step
