@@ -45,7 +45,9 @@ class RopeConfig:
         if head_dim <= 0 or head_dim % 2:
             raise ValueError(f"head_dim must be a positive even integer, got {head_dim}")
         if not isinstance(layout, str):
-            raise TypeError(f"layout must be a str, one of {LAYOUTS}, got {type(layout).__name__} {layout!r:.60}")
+            raise TypeError(
+                f"layout must be a str, one of {LAYOUTS}, got {type(layout).__name__} {layout!r:.60}"
+            )
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         if rotary_dim is None:
@@ -63,7 +65,8 @@ class RopeConfig:
             raise ValueError(f"base must be a finite number > 1, got {base}")
         if scaling is not None and not isinstance(scaling, Scaling):
             raise TypeError(
-                f"scaling must be None or a rope_ref scaling (Linear, NTKAware, ...), got {type(scaling).__name__}"
+                "scaling must be None or a rope_ref scaling (Linear, NTKAware, ...), "
+                f"got {type(scaling).__name__}"
             )
         object.__setattr__(self, "head_dim", head_dim)
         object.__setattr__(self, "layout", layout)
@@ -75,6 +78,13 @@ class RopeConfig:
     def n_pairs(self) -> int:
         """Number of rotated channel pairs, ``rotary_dim // 2``."""
         return self.rotary_dim // 2
+
+    @classmethod
+    def from_hf(cls, config: dict, *, layout: str, layer_type: str | None = None) -> RopeConfig:
+        """The RoPE of an HF ``config.json`` dict (transformers v5 rules; see :mod:`rope_ref.hf_config`)."""
+        from .hf_config import rope_config_from_hf
+
+        return rope_config_from_hf(config, layout=layout, layer_type=layer_type)
 
     def replace(self, **changes: Any) -> RopeConfig:
         """A copy with some fields changed (validated again)."""

@@ -1,0 +1,319 @@
+"""``RopeConfig.from_hf``: real config.json dicts, written here by hand from their published files.
+
+Sources (Hugging Face Hub ``config.json`` of each model; values cross-checked against copies quoted in
+public repositories found with the code search): meta-llama/Llama-3.1-8B, Qwen/Qwen2.5-7B-Instruct
+(with the ``rope_scaling`` block its model card tells users to add for 128K context),
+microsoft/Phi-3.5-mini-instruct, deepseek-ai/DeepSeek-V2-Lite. Only the keys that matter for RoPE
+(plus a few neighbours) are kept.
+Expected values are derived independently in each test (closed forms, mpmath), never from rope-ref.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import mpmath
+import numpy as np
+import pytest
+
+import rope_ref
+from rope_ref import Llama3, LongRoPE, RopeConfig, YaRN
+
+LLAMA_31_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "vocab_size": 128256,
+}
+
+QWEN25_7B_YARN = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 32768,
+    "model_type": "qwen2",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "rope_theta": 1000000.0,
+    "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"},
+    "vocab_size": 152064,
+}
+
+PHI35_MINI = {
+    "architectures": ["Phi3ForCausalLM"],
+    "hidden_size": 3072,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 131072,
+    "model_type": "phi3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096,
+    "rope_scaling": {
+        "long_factor": [
+            1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601,
+            1.5899999141693115, 1.600000023841858, 1.6200000047683716, 2.620000123977661,
+            3.2300000190734863, 3.2300000190734863, 4.789999961853027, 7.400000095367432,
+            7.700000286102295, 9.09000015258789, 12.199999809265137, 17.670000076293945,
+            24.46000099182129, 28.57000160217285, 30.420001983642578, 30.840002059936523,
+            32.590003967285156, 32.93000411987305, 42.320003509521484, 44.96000289916992,
+            50.340003967285156, 50.45000457763672, 57.55000305175781, 57.93000411987305,
+            58.21000289916992, 60.1400032043457, 62.61000442504883, 62.62000274658203,
+            62.71000289916992, 63.1400032043457, 63.1400032043457, 63.77000427246094,
+            63.93000411987305, 63.96000289916992, 63.970001220703125, 64.02999877929688,
+            64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938,
+            64.4800033569336, 64.51000213623047, 64.52999877929688, 64.83999633789062,
+        ],
+        "short_factor": [
+            1.0, 1.0199999809265137, 1.0299999713897705, 1.0299999713897705,
+            1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0499999523162842,
+            1.0499999523162842, 1.0699999332427979, 1.0999999046325684, 1.1099998950958252,
+            1.1599998474121094, 1.1599998474121094, 1.1699998378753662, 1.2899998426437378,
+            1.339999794960022, 1.679999828338623, 1.7899998426437378, 1.8199998140335083,
+            1.8499997854232788, 1.8799997568130493, 1.9099997282028198, 1.9399996995925903,
+            1.9899996519088745, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
+            2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0299997329711914,
+            2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+            2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+            2.0799996852874756, 2.0899996757507324, 2.189999580383301, 2.2199995517730713,
+            2.5899994373321533, 2.729999542236328, 2.749999523162842, 2.8399994373321533,
+        ],
+        "type": "longrope",
+    },
+    "rope_theta": 10000.0,
+    "sliding_window": 262144,
+    "vocab_size": 32064,
+}  # fmt: skip
+
+DEEPSEEK_V2_LITE = {
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "hidden_size": 2048,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "model_type": "deepseek_v2",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 27,
+    "num_key_value_heads": 16,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 40,
+        "mscale": 0.707,
+        "mscale_all_dim": 0.707,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+    "rope_theta": 10000,
+    "v_head_dim": 128,
+}
+
+
+def _theta(base: float, d: int) -> np.ndarray:
+    return np.array([float(mpmath.power(mpmath.mpf(base), -mpmath.mpf(2 * i) / d)) for i in range(d // 2)])
+
+
+def test_layout_is_required():
+    with pytest.raises(TypeError):
+        RopeConfig.from_hf(LLAMA_31_8B)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="layout"):
+        RopeConfig.from_hf(LLAMA_31_8B, layout="neox")
+
+
+def test_llama_31_8b():
+    cfg = RopeConfig.from_hf(LLAMA_31_8B, layout="half")
+    assert (cfg.head_dim, cfg.rotary_dim, cfg.base) == (128, 128, 500000.0)
+    assert cfg.scaling == Llama3(8.0, 1.0, 4.0, 8192)
+    theta = _theta(5e5, 128)
+    got = rope_ref.inv_freq(cfg)
+    wavelen = 2 * math.pi / theta
+    short, long = wavelen < 8192 / 4, wavelen > 8192 / 1
+    assert short.sum() > 0 and long.sum() > 0 and (~short & ~long).sum() > 0
+    np.testing.assert_allclose(got[short], theta[short], rtol=1e-15)
+    np.testing.assert_allclose(got[long], theta[long] / 8, rtol=1e-15)
+    mid = np.flatnonzero(~short & ~long)
+    for i in mid:  # smooth = (8192 / wavelen - 1) / 3; the blend, written as theta * (s + (1 - s) / 8)
+        s = (8192 * theta[i] / (2 * math.pi) - 1) / 3
+        assert got[i] == pytest.approx(theta[i] * (s + (1 - s) / 8), rel=1e-13)
+    assert rope_ref.attention_factor(cfg) == 1.0
+
+
+def test_qwen25_yarn_explicit_factor_wins():
+    # max_position_embeddings / original = 1, but the explicit factor 4 is used (transformers PR #40320).
+    cfg = RopeConfig.from_hf(QWEN25_7B_YARN, layout="half")
+    assert (cfg.head_dim, cfg.rotary_dim, cfg.base) == (128, 128, 1e6)
+    assert cfg.scaling == YaRN(4.0, 32768)
+    assert rope_ref.attention_factor(cfg) == pytest.approx(0.1 * math.log(4) + 1, rel=1e-15)
+    # Independent band edges: pairs with >= 32 rotations in 32768 tokens are untouched, <= 1 divided by 4.
+    theta = _theta(1e6, 128)
+    rotations = 32768 * theta / (2 * math.pi)
+    got = rope_ref.inv_freq(cfg)
+    np.testing.assert_array_equal(got[rotations >= 32], theta[rotations >= 32])
+    np.testing.assert_allclose(got[rotations <= 1], theta[rotations <= 1] / 4, rtol=1e-15)
+
+
+def test_yarn_factor_derived_only_when_missing():
+    config = copy.deepcopy(QWEN25_7B_YARN)
+    config["max_position_embeddings"] = 131072
+    del config["rope_scaling"]["factor"]
+    assert RopeConfig.from_hf(config, layout="half").scaling == YaRN(4.0, 32768)
+    config["rope_scaling"]["factor"] = 2.0
+    assert RopeConfig.from_hf(config, layout="half").scaling == YaRN(2.0, 32768)
+
+
+def test_phi35_mini_longrope():
+    cfg = RopeConfig.from_hf(PHI35_MINI, layout="half")
+    assert (cfg.head_dim, cfg.rotary_dim, cfg.base) == (96, 96, 10000.0)
+    scaling = cfg.scaling
+    assert isinstance(scaling, LongRoPE)
+    assert scaling.original_max_position == 4096 and scaling.factor == 32.0  # 131072 / 4096
+    # ln 32 / ln 4096 = 5/12 exactly, so the attention factor is sqrt(17/12) (Phi-3 "long_mscale" 1.19024).
+    assert rope_ref.attention_factor(cfg) == pytest.approx(math.sqrt(17 / 12), rel=1e-15)
+    theta = _theta(1e4, 96)
+    short = np.array(PHI35_MINI["rope_scaling"]["short_factor"])
+    long = np.array(PHI35_MINI["rope_scaling"]["long_factor"])
+    np.testing.assert_allclose(rope_ref.inv_freq(cfg, 4096), theta / short, rtol=1e-15)
+    np.testing.assert_allclose(rope_ref.inv_freq(cfg, 4097), theta / long, rtol=1e-15)
+    np.testing.assert_allclose(rope_ref.inv_freq(cfg), theta / short, rtol=1e-15)
+
+
+def test_deepseek_v2_lite_yarn_mscale():
+    cfg = RopeConfig.from_hf(DEEPSEEK_V2_LITE, layout="interleaved")
+    # The rotary part of MLA is qk_rope_head_dim wide (HF DeepseekV2Config: head_dim = qk_rope_head_dim).
+    assert (cfg.head_dim, cfg.rotary_dim, cfg.base) == (64, 64, 10000.0)
+    assert cfg.scaling == YaRN(40.0, 4096, mscale=0.707, mscale_all_dim=0.707)
+    assert rope_ref.attention_factor(cfg) == 1.0  # equal mscales cancel in HF's ratio
+    # DeepSeek's separate softmax-scale correction, mscale(40, 0.707)^2, belongs to attention, not RoPE.
+
+
+def test_rope_parameters_v5_format_and_partial_rotary():
+    config = {
+        "hidden_size": 2560,
+        "num_attention_heads": 32,
+        "max_position_embeddings": 2048,
+        "partial_rotary_factor": 0.4,
+        "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+    }
+    cfg = RopeConfig.from_hf(config, layout="half")
+    assert (cfg.head_dim, cfg.rotary_dim, cfg.base) == (80, 32, 10000.0)
+    assert cfg.scaling == rope_ref.Linear(2.0)
+    # Top-level partial_rotary_factor wins over the dict's (HF standardize_rope_params overwrites it).
+    config["rope_parameters"]["partial_rotary_factor"] = 0.5
+    assert RopeConfig.from_hf(config, layout="half").rotary_dim == 32
+    del config["partial_rotary_factor"]
+    assert RopeConfig.from_hf(config, layout="half").rotary_dim == 40
+
+
+def test_default_and_head_dim_key():
+    config = {"head_dim": 256, "hidden_size": 2048, "num_attention_heads": 8, "rope_theta": 1e4}
+    cfg = RopeConfig.from_hf(config, layout="half")
+    assert (cfg.head_dim, cfg.scaling) == (256, None)
+    config["rope_scaling"] = {"rope_type": "default"}
+    assert RopeConfig.from_hf(config, layout="half").scaling is None
+
+
+def test_dynamic_uses_max_position_embeddings():
+    config = {
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "rope_theta": 1e4,
+        "max_position_embeddings": 4096,
+    }
+    config["rope_scaling"] = {"type": "dynamic", "factor": 2.0}
+    assert RopeConfig.from_hf(config, layout="half").scaling == rope_ref.DynamicNTK(2.0, 4096)
+
+
+def test_layer_typed_rope_parameters():
+    config = {
+        "head_dim": 128,
+        "num_attention_heads": 8,
+        "hidden_size": 1024,
+        "max_position_embeddings": 131072,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+    }
+    full = RopeConfig.from_hf(config, layout="half", layer_type="full_attention")
+    assert (full.base, full.scaling) == (1e6, rope_ref.Linear(8.0))
+    sliding = RopeConfig.from_hf(config, layout="half", layer_type="sliding_attention")
+    assert (sliding.base, sliding.scaling) == (1e4, None)
+    with pytest.raises(ValueError, match="layer_type"):
+        RopeConfig.from_hf(config, layout="half")
+
+
+def _without(config: dict, *path: str) -> dict:
+    out = copy.deepcopy(config)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    return out
+
+
+def _with(config: dict, value, *path: str) -> dict:
+    out = copy.deepcopy(config)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    "config,key",
+    [
+        (_without(LLAMA_31_8B, "rope_theta"), "rope_theta"),
+        (_without(LLAMA_31_8B, "rope_scaling", "low_freq_factor"), "low_freq_factor"),
+        (_without(LLAMA_31_8B, "rope_scaling", "rope_type"), "rope_type"),
+        (_with(LLAMA_31_8B, "llama4", "rope_scaling", "rope_type"), "rope_type"),
+        (_with(LLAMA_31_8B, 1.0, "rope_scaling", "low_freq"), "low_freq"),
+        (_without(LLAMA_31_8B, "num_attention_heads"), "num_attention_heads"),
+        (_with(PHI35_MINI, [1.0] * 47, "rope_scaling", "short_factor"), "short_factor"),
+        (_with(PHI35_MINI, [1.0] * 64, "rope_scaling", "long_factor"), "long_factor"),
+        (_without(PHI35_MINI, "rope_scaling", "long_factor"), "long_factor"),
+        (_with(DEEPSEEK_V2_LITE, 0.5, "rope_scaling", "factor"), "factor"),
+        (_with(DEEPSEEK_V2_LITE, 1, "rope_scaling", "beta_fast"), "beta_fast"),
+        (
+            _with(LLAMA_31_8B, 0, "rope_scaling", "original_max_position_embeddings"),
+            "original_max_position",
+        ),
+        (_with(LLAMA_31_8B, 1.5, "partial_rotary_factor"), "partial_rotary_factor"),
+        (_with(LLAMA_31_8B, 4097, "hidden_size"), "hidden_size"),
+        (
+            {
+                "hidden_size": 64,
+                "num_attention_heads": 1,
+                "rope_theta": 1e4,
+                "rope_scaling": {"type": "dynamic", "factor": 2},
+            },
+            "max_position_embeddings",
+        ),
+    ],
+)
+def test_bad_configs_raise_naming_the_key(config, key):
+    with pytest.raises(ValueError, match=key):
+        RopeConfig.from_hf(config, layout="half")
+
+
+def test_inputs_not_mutated():
+    before = copy.deepcopy(PHI35_MINI)
+    RopeConfig.from_hf(PHI35_MINI, layout="half")
+    assert PHI35_MINI == before
