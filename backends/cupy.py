@@ -1,0 +1,396 @@
+"""CuPy backend (built-in name ``cupy``): RoPE as one fused CUDA kernel per call.
+
+``apply`` launches one kernel from ``rope_kernels.cu`` (compiled by NVRTC through ``cupy.RawModule``)
+that reads ``x`` once, writes the output once, computes the angles from per-token positions on the
+fly, handles both layouts and partial rotary (pass-through channels copied bit for bit), fp32 / fp16 /
+bf16 activations, strided last-axis-contiguous inputs, more than 2^31 elements, and an in-place mode.
+
+Precision (``docs/backends/cupy.md``): the frequency table (``rotary_dim / 2`` numbers) and the attention
+factor come from the oracle's float64 formulas (:func:`rope_ref.inv_freq`), so every scaling type is the
+oracle's; per position the kernel forms the angle as the float64 product ``position * inv_freq``
+rounded once to float32, evaluates ``sincosf`` (2 ulp), and rotates in float32.
+
+Importing this module never imports cupy and never touches a GPU; :func:`available` says whether the
+backend can run here and why not.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rope_ref.conformance.protocol import Backend, PrecisionPolicy, canonical_dtype
+
+import rope_ref
+from rope_ref.config import RopeConfig
+from rope_ref.frequencies import resolve_seq_len
+
+from ._cupy_bf16 import bf16_bits_to_float32, float32_to_bf16_bits
+from ._cupy_plan import cos_sin_launch, element_strides, pack_shape, plan_apply
+
+__all__ = [
+    "Bf16Array",
+    "CupyBackend",
+    "apply",
+    "apply_vjp",
+    "cos_sin",
+    "available",
+    "make_backend",
+    "KERNEL_SOURCE",
+]
+
+#: The CUDA source of every kernel (shipped as package data).
+KERNEL_SOURCE = Path(__file__).with_name("rope_kernels.cu")
+
+_IO_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _cupy() -> Any:
+    import cupy
+
+    return cupy
+
+
+def available(**_: Any) -> tuple[bool, str]:
+    """``(True, "")`` if cupy imports and sees a CUDA device, else ``(False, reason)``; never raises."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install failing at import
+        return False, f"cupy is not importable ({type(exc).__name__}: {exc}); install rope-ref[cupy]"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError without a driver
+        return (
+            False,
+            f"cupy {cupy.__version__} found no usable CUDA driver/device ({type(exc).__name__}: {exc})",
+        )
+    if count < 1:
+        return False, f"cupy {cupy.__version__} sees no CUDA device"
+    return True, ""
+
+
+@functools.cache
+def _module() -> Any:
+    cp = _cupy()
+    return cp.RawModule(code=KERNEL_SOURCE.read_text(encoding="utf-8"), options=("--std=c++14",))
+
+
+def _kernel(name: str) -> Any:
+    return _module().get_function(name)
+
+
+# -- bfloat16 arrays -------------------------------------------------------------------------------
+
+
+class Bf16Array:
+    """A bfloat16 CuPy array, stored as its uint16 bit patterns (CuPy has no bfloat16 dtype).
+
+    ``bits`` is a ``cupy.ndarray`` of dtype uint16; the kernels read and write it as bfloat16.
+    """
+
+    dtype_name = "bfloat16"
+
+    def __init__(self, bits: Any) -> None:
+        cp = _cupy()
+        if not isinstance(bits, cp.ndarray) or bits.dtype != cp.uint16:
+            raise TypeError(f"Bf16Array needs a cupy uint16 array of bit patterns, got {type(bits).__name__}")
+        self.bits = bits
+
+    @classmethod
+    def from_numpy(cls, values: np.ndarray) -> Bf16Array:
+        """Round float values to bfloat16 (nearest even) on the host and upload the bits."""
+        return cls(_cupy().asarray(float32_to_bf16_bits(np.asarray(values, dtype=np.float32))))
+
+    @classmethod
+    def from_float32(cls, values: Any) -> Bf16Array:
+        """Round a cupy float32 array to bfloat16 (nearest even) on the device."""
+        cp = _cupy()
+        u = cp.ascontiguousarray(values, dtype=cp.float32).view(cp.uint32)
+        nan = (u & 0x7FFFFFFF) > 0x7F800000
+        rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        return cls(cp.where(nan, (u >> 16) | 0x40, rounded).astype(cp.uint16))
+
+    def to_float32(self) -> Any:
+        """The values as a cupy float32 array (exact)."""
+        cp = _cupy()
+        return (cp.ascontiguousarray(self.bits).astype(cp.uint32) << 16).view(cp.float32)
+
+    def to_numpy(self) -> np.ndarray:
+        return bf16_bits_to_float32(_cupy().asnumpy(self.bits))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.bits.shape
+
+    def __getitem__(self, key: Any) -> Bf16Array:
+        return Bf16Array(self.bits[key])
+
+    def __repr__(self) -> str:
+        return f"Bf16Array(shape={self.shape})"
+
+
+def _storage(x: Any, name: str = "x") -> tuple[Any, str]:
+    """``(array the kernel reads, dtype name)`` for a cupy float32/float16 array or a :class:`Bf16Array`."""
+    if isinstance(x, Bf16Array):
+        return x.bits, "bfloat16"
+    cp = _cupy()
+    if not isinstance(x, cp.ndarray):
+        raise TypeError(
+            f"{name} must be a cupy.ndarray or rope_ref.backends.cupy.Bf16Array, got {type(x).__name__}"
+        )
+    dtype_name = x.dtype.name
+    if dtype_name == "bfloat16":  # a CuPy build with an ml_dtypes bfloat16 dtype
+        return x.view(cp.uint16), dtype_name
+    if dtype_name not in _IO_DTYPES:
+        raise TypeError(f"{name} must have dtype float32, float16 or bfloat16, got {dtype_name}")
+    return x, dtype_name
+
+
+def _wrap_like(storage: Any, template: Any) -> Any:
+    if isinstance(template, Bf16Array):
+        return Bf16Array(storage)
+    if template.dtype.name == "bfloat16":
+        return storage.view(template.dtype)
+    return storage
+
+
+# -- positions and frequency table -----------------------------------------------------------------
+
+
+def _positions(positions: Any, check: bool, name: str = "positions") -> Any:
+    """Positions as a cupy float64 array; with ``check``, reject NaN/inf and integers beyond 2**53."""
+    cp = _cupy()
+    pos = positions if isinstance(positions, cp.ndarray) else cp.asarray(np.asarray(positions))
+    if pos.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be an integer or real floating-point array, got dtype {pos.dtype}")
+    if check and pos.size:
+        if pos.dtype.kind == "f" and not bool(cp.isfinite(pos).all()):
+            raise ValueError(f"{name} must be finite")
+        if pos.dtype.kind in "iu" and pos.dtype.itemsize == 8 and int(cp.abs(pos).max()) > 2**53:
+            raise ValueError(f"{name} has integers beyond +-2**53, which float64 cannot hold exactly")
+    return pos.astype(cp.float64, copy=False)
+
+
+def _check_config(cfg: Any) -> RopeConfig:
+    if not isinstance(cfg, RopeConfig):
+        raise TypeError(f"cfg must be a rope_ref.RopeConfig, got {type(cfg).__name__}")
+    return cfg
+
+
+def _seq_len(pos: Any, cfg: RopeConfig, seq_len: int | None) -> int | None:
+    """HF's rule (``resolve_seq_len``) with the maximum taken on the device only when it matters."""
+    if seq_len is not None or cfg.scaling is None or not cfg.scaling.length_dependent or pos.size == 0:
+        return resolve_seq_len(np.empty(0), cfg, seq_len)
+    return resolve_seq_len(np.asarray([float(pos.max())]), cfg, None)
+
+
+def _freq_table(cfg: RopeConfig, seq_len: int | None) -> tuple[Any, float]:
+    """``(inv_freq on the device as float64, attention factor)`` from the oracle's float64 formulas."""
+    return _freq_table_cached(cfg, seq_len, _cupy().cuda.runtime.getDevice())
+
+
+@functools.lru_cache(maxsize=64)
+def _freq_table_cached(cfg: RopeConfig, seq_len: int | None, _device: int) -> tuple[Any, float]:
+    cp = _cupy()
+    table = cp.asarray(np.ascontiguousarray(rope_ref.inv_freq(cfg, seq_len), dtype=np.float64))
+    return table, float(rope_ref.attention_factor(cfg, seq_len))
+
+
+# -- operations ------------------------------------------------------------------------------------
+
+
+def _launch_apply(
+    x: Any,
+    positions: Any,
+    cfg: RopeConfig,
+    seq_len: int | None,
+    *,
+    inplace: bool,
+    sign: float,
+    check: bool,
+    out: Any = None,
+) -> Any:
+    """Validate, plan and launch one apply kernel; ``out`` (internal) is a preallocated destination view."""
+    cp = _cupy()
+    cfg = _check_config(cfg)
+    xs, dtype_name = _storage(x)
+    if not isinstance(inplace, bool):
+        raise TypeError(f"inplace must be a bool, got {type(inplace).__name__}")
+    pos = _positions(positions, check)
+    seq_len = _seq_len(pos, cfg, seq_len)
+    inv_freq, factor = _freq_table(cfg, seq_len)
+    if out is None:
+        out = xs if inplace else cp.empty(xs.shape, dtype=xs.dtype)
+    elif inplace or out.shape != xs.shape or out.dtype != xs.dtype:
+        raise ValueError(f"out must match x (shape {xs.shape}, dtype {xs.dtype}) and inplace must be False")
+    itemsize = xs.dtype.itemsize
+    plan = plan_apply(
+        dtype_name=dtype_name,
+        x_shape=xs.shape,
+        x_strides=element_strides(xs.strides, itemsize, "x"),
+        out_strides=element_strides(out.strides, itemsize, "out"),
+        pos_shape=pos.shape,
+        pos_strides=element_strides(pos.strides, 8, "positions"),
+        head_dim=cfg.head_dim,
+        rotary_dim=cfg.rotary_dim,
+        layout=cfg.layout,
+        inplace=inplace,
+    )
+    if xs.size == 0:
+        return _wrap_like(out, x)
+    args = (
+        xs,
+        out,
+        pos,
+        inv_freq,
+        pack_shape(plan),
+        np.int32(plan.n_pairs),
+        np.int32(plan.n_pass),
+        np.int32(plan.half_layout),
+        np.int32(plan.copy_pass),
+        np.float32(factor),
+        np.float32(sign),
+    )
+    _kernel(plan.kernel)(plan.grid, plan.block, args)
+    return _wrap_like(out, x)
+
+
+def apply(
+    x: Any,
+    positions: Any,
+    cfg: RopeConfig,
+    *,
+    seq_len: int | None = None,
+    inplace: bool = False,
+    check: bool = True,
+) -> Any:
+    """Rotate ``x`` (``(..., head_dim)``, cupy float32/float16 or :class:`Bf16Array`) by ``positions``.
+
+    ``positions`` (integer or real, NumPy or CuPy) broadcast against ``x.shape[:-1]``. Same semantics as
+    :func:`rope_ref.apply` (RoFormer eq. 34, HF attention factor), computed in float32 and returned in
+    x's dtype. ``inplace=True`` overwrites ``x`` and returns it. ``check=False`` skips the device-side
+    checks of the positions (finite, within 2**53), which each cost a synchronisation.
+    """
+    return _launch_apply(x, positions, cfg, seq_len, inplace=inplace, sign=1.0, check=check)
+
+
+def apply_vjp(
+    grad_out: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None, check: bool = True
+) -> Any:
+    """Gradient of :func:`apply` w.r.t. ``x``: ``A R^T g``, the same kernel with the sine negated."""
+    return _launch_apply(grad_out, positions, cfg, seq_len, inplace=False, sign=-1.0, check=check)
+
+
+def cos_sin(
+    positions: Any, cfg: RopeConfig, *, seq_len: int | None = None, check: bool = True
+) -> tuple[Any, Any]:
+    """``(cos, sin)`` float32 of shape ``positions.shape + (rotary_dim // 2,)``, attention factor included."""
+    cp = _cupy()
+    cfg = _check_config(cfg)
+    pos = cp.ascontiguousarray(_positions(positions, check))
+    seq_len = _seq_len(pos, cfg, seq_len)
+    inv_freq, factor = _freq_table(cfg, seq_len)
+    n = cfg.rotary_dim // 2
+    cos = cp.empty(pos.shape + (n,), dtype=cp.float32)
+    sin = cp.empty(pos.shape + (n,), dtype=cp.float32)
+    if pos.size:
+        grid, block = cos_sin_launch(pos.size, n)
+        args = (pos, inv_freq, np.int64(pos.size), np.int32(n), np.float32(factor), cos, sin)
+        _kernel("rope_cos_sin_f32")(grid, block, args)
+    return cos, sin
+
+
+# -- the conformance backend -----------------------------------------------------------------------
+
+
+class CupyBackend(Backend):
+    """The fused CuPy kernels behind the conformance protocol (see the module docstring)."""
+
+    name = "cupy"
+
+    def __init__(self, io_dtype: str = "float32", inplace: bool = False) -> None:
+        cp = _cupy()
+        if io_dtype not in _IO_DTYPES:
+            raise ValueError(f"the cupy backend supports precision fp32, fp16 or bf16, got {io_dtype!r}")
+        self.precision = PrecisionPolicy(io_dtype, "float32", "float32")
+        self.inplace = bool(inplace)
+        self.version = str(cp.__version__)
+        dev = cp.cuda.runtime.getDevice()
+        props = cp.cuda.runtime.getDeviceProperties(dev)
+        gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        try:
+            driver = cp.cuda.runtime.driverGetVersion()
+            driver_text = f", CUDA driver API {driver // 1000}.{driver % 1000 // 10}"
+        except Exception:  # a stand-in runtime without the query
+            driver_text = ""
+        self.device = f"cuda:{dev} ({gpu}{driver_text})"
+
+    # -- conversion --------------------------------------------------------------------------------
+    def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> Any:
+        cp = _cupy()
+        array = np.asarray(array)
+        if dtype is None:
+            return cp.asarray(array)
+        dtype = canonical_dtype(dtype)
+        if dtype == "bfloat16":
+            return Bf16Array.from_numpy(array)
+        return cp.asarray(array.astype(dtype))
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        if isinstance(array, Bf16Array):
+            return array.to_numpy()
+        cp = _cupy()
+        if isinstance(array, cp.ndarray):
+            if array.dtype.name == "bfloat16":
+                return bf16_bits_to_float32(cp.asnumpy(array.view(cp.uint16)))
+            return cp.asnumpy(array)
+        return np.asarray(array)
+
+    # -- operations --------------------------------------------------------------------------------
+    def inv_freq(self, cfg, seq_len=None):
+        return _freq_table(_check_config(cfg), seq_len)[0].copy()
+
+    def attention_factor(self, cfg, seq_len=None):
+        return _freq_table(_check_config(cfg), seq_len)[1]
+
+    def cos_sin(self, positions, cfg, seq_len=None):
+        return cos_sin(positions, cfg, seq_len=seq_len)
+
+    def apply(self, x, positions, cfg, seq_len=None):
+        return apply(x, positions, cfg, seq_len=seq_len, inplace=self.inplace)
+
+    def apply_vjp(self, x, positions, cfg, grad_out, seq_len=None):
+        return apply_vjp(grad_out, positions, cfg, seq_len=seq_len)
+
+    def chatglm_position_ids(
+        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
+    ):
+        from ._cupy_extras import position_ids
+
+        return position_ids(
+            input_ids,
+            bos_token_id=bos_token_id,
+            mask_token_id=mask_token_id,
+            gmask_token_id=gmask_token_id,
+            position_encoding_2d=position_encoding_2d,
+        )
+
+    def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
+        from ._cupy_extras import apply_2d
+
+        return apply_2d(x, position_ids, block_position_ids, base=base, precision=precision)
+
+    def decay_upper_bound(self, distances, cfg):
+        from ._cupy_extras import relative_upper_bound
+
+        return relative_upper_bound(distances, cfg)
+
+
+def make_backend(precision: str | None = None, inplace: bool = False) -> CupyBackend:
+    """The ``cupy`` conformance backend; ``precision`` is fp32 (default), fp16 or bf16."""
+    io = "float32" if precision is None else canonical_dtype(precision, "precision")
+    if io not in _IO_DTYPES:
+        raise ValueError(f"the cupy backend supports precision fp32, fp16 or bf16, got {precision!r}")
+    return CupyBackend(io, inplace=inplace)
