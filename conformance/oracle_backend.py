@@ -45,6 +45,26 @@ class OracleBackend(Backend):
         seq_len = rope_ref.frequencies.resolve_seq_len(pos, cfg, seq_len)
         return rope_ref.apply(grad_out, -pos, cfg, seq_len=seq_len)
 
+    def chatglm_position_ids(
+        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
+    ):
+        return rope_ref.chatglm.position_ids(
+            input_ids,
+            bos_token_id=bos_token_id,
+            mask_token_id=mask_token_id,
+            gmask_token_id=gmask_token_id,
+            position_encoding_2d=position_encoding_2d,
+        )
+
+    def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
+        return rope_ref.chatglm.apply_2d(x, position_ids, block_position_ids, base=base, precision=precision)
+
+    def decay_upper_bound(self, distances, cfg):
+        # RoFormer §3.4.3 relative upper bound; see rope_ref.decay.
+        from rope_ref.decay import relative_upper_bound
+
+        return relative_upper_bound(distances, cfg)
+
 
 def available(**_: Any) -> tuple[bool, str]:
     return True, ""

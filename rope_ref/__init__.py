@@ -7,9 +7,12 @@ Heavy libraries (torch, cupy, matplotlib) are never imported here.
 
 from __future__ import annotations
 
+from . import chatglm as chatglm  # rope_ref.chatglm: ChatGLM-6B 2D positions
+from . import decay as decay  # rope_ref.decay; imports matplotlib only inside plot_decay
 from .attention import attention
 from .config import LAYOUTS, RopeConfig
 from .frequencies import angles, attention_factor, cos_sin, default_inv_freq, inv_freq
+from .presets import preset, preset_names
 from .rotation import (
     apply,
     apply_complex,
@@ -18,6 +21,7 @@ from .rotation import (
     pair_indices,
     rotation_matrix,
 )
+from .scaling import DynamicNTK, Linear, Llama3, LongRoPE, NTKAware, YaRN, scaling_from_hf
 from .scaling_base import Scaling
 from .sinusoidal import sinusoidal_embedding
 
@@ -25,8 +29,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LAYOUTS",
+    "DynamicNTK",
+    "Linear",
+    "Llama3",
+    "LongRoPE",
+    "NTKAware",
     "RopeConfig",
     "Scaling",
+    "YaRN",
+    "scaling_from_hf",
     "__version__",
     "angles",
     "apply",
@@ -39,6 +50,8 @@ __all__ = [
     "inverse_layout_permutation",
     "layout_permutation",
     "pair_indices",
+    "preset",
+    "preset_names",
     "rotation_matrix",
     "sinusoidal_embedding",
 ]
