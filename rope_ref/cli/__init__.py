@@ -11,6 +11,9 @@ from .. import __version__
 # subcommand name -> (module, one-line help). The module defines add_arguments(parser) and run(args).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "table": ("rope_ref.cli.table", "print inverse frequencies and the cos/sin table for a config"),
+    "decay": ("rope_ref.cli.decay", "plot RoFormer's long-term decay bound for one or more configs"),
+    "conformance": ("rope_ref.conformance.cli_run", "run the conformance suite against a backend"),
+    "golden": ("rope_ref.conformance.cli_golden", "generate or verify golden vectors (safetensors + JSON)"),
 }
 
 

@@ -1,0 +1,583 @@
+"""Execute golden cases against a backend and record what happened, case by case.
+
+The runner never stops on a misbehaving backend: an exception, a hang past the per-case timeout, a
+wrong shape or dtype, NaN, or an input changed behind the caller's back are each recorded as a failure
+of that case, and the run goes on. ``NotImplementedError`` marks a case *unsupported* (counted apart,
+never a pass). Cases whose activations were quantised for another I/O dtype are *skipped*.
+Cases run in the order given (the manifest order), on one backend instance, so that statefulness bugs
+(dynamic NTK state leaking between calls) are visible.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shlex
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .case import Case
+from .protocol import Backend
+from .tolerance import Comparison, check_case
+
+__all__ = [
+    "STATUSES",
+    "CaseResult",
+    "SuiteReport",
+    "Runner",
+    "load_xfails",
+    "DEFAULT_TIMEOUT",
+    "progress_printer",
+]
+
+#: Outcome of one case. Only ``failed`` (and ``xpassed`` in strict mode) makes a run fail.
+STATUSES = ("passed", "failed", "unsupported", "skipped", "xfailed", "xpassed")
+_PROGRESS_CHAR = {
+    "passed": ".",
+    "failed": "F",
+    "unsupported": "u",
+    "skipped": "s",
+    "xfailed": "x",
+    "xpassed": "X",
+}
+
+#: Seconds one case may take before it is recorded as a hang.
+DEFAULT_TIMEOUT = 60.0
+
+# Which stored inputs are activations (converted with the backend's I/O dtype) per operation.
+_ACTIVATIONS = {"apply": ("x",), "apply_vjp": ("x", "grad_out"), "chatglm_apply_2d": ("x",)}
+# Operations whose output is an activation in the backend's I/O dtype.
+_IO_OUTPUT_OPS = ("apply", "apply_vjp", "chatglm_apply_2d")
+
+
+class _CaseFailure(Exception):
+    """A recorded failure of one case (not a bug of the runner): ``kind`` says which check failed."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class CaseResult:
+    """What happened to one case."""
+
+    case_id: str
+    op: str
+    bug_class: str
+    status: str
+    duration: float = 0.0
+    kind: str = ""  # failure kind: mismatch, exception, timeout, shape, dtype, non-finite, mutation
+    message: str = ""
+    comparisons: list[Comparison] = field(default_factory=list)
+    reproducer: str = ""
+    xfail_reason: str = ""
+
+    @property
+    def worst(self) -> Comparison | None:
+        """The failing comparison with the largest error/tolerance ratio, if any."""
+        bad = [c for c in self.comparisons if not c.passed]
+        return max(bad, key=lambda c: c.ratio) if bad else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.case_id,
+            "op": self.op,
+            "bug_class": self.bug_class,
+            "status": self.status,
+            "duration_s": round(self.duration, 6),
+        }
+        if self.kind:
+            out["kind"] = self.kind
+        if self.message:
+            out["message"] = self.message
+        if self.xfail_reason:
+            out["xfail_reason"] = self.xfail_reason
+        if self.reproducer:
+            out["reproducer"] = self.reproducer
+        worst = self.worst
+        if worst is not None:
+            out["worst"] = {
+                "output": worst.output,
+                "index": list(worst.index or ()),
+                "expected": _json_float(worst.expected),
+                "got": _json_float(worst.got),
+                "tolerance": _json_float(worst.tol),
+                "ratio": _json_float(worst.ratio),
+                "n_bad": worst.n_bad,
+                "n_total": worst.n_total,
+            }
+        return out
+
+
+def _json_float(value: float) -> float | str:
+    return value if np.isfinite(value) else str(value)
+
+
+# -- xfails ---------------------------------------------------------------------------------------------
+
+
+def load_xfails(path: str | Path) -> dict[str, str]:
+    """Read an xfail file: ``{case id or glob pattern: reason}``.
+
+    Text format: one entry per line, ``CASE_ID_OR_GLOB  reason text``; blank lines and lines starting
+    with ``#`` are ignored. A ``.json`` file holds an object mapping ids to reasons. Every entry needs a
+    non-empty reason (``ValueError`` naming the file and line otherwise).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read xfail file {str(path)!r}: {exc.strerror or exc}") from None
+    entries: dict[str, str] = {}
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"xfail file {str(path)!r} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"xfail file {str(path)!r} must hold a JSON object {{case id: reason}}")
+        for key, reason in data.items():
+            if not isinstance(reason, str) or not reason.strip():
+                raise ValueError(f"xfail file {str(path)!r}: entry {key!r} needs a non-empty reason string")
+            entries[key] = reason.strip()
+        return entries
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        if len(parts) < 2 or not parts[1].strip():
+            raise ValueError(
+                f"xfail file {str(path)!r} line {lineno}: entry {parts[0]!r} needs a reason after the id"
+            )
+        entries[parts[0]] = parts[1].strip()
+    return entries
+
+
+def _xfail_reason(case_id: str, xfails: dict[str, str]) -> tuple[str, str] | None:
+    if case_id in xfails:
+        return case_id, xfails[case_id]
+    for pattern, reason in xfails.items():
+        if fnmatch.fnmatchcase(case_id, pattern):
+            return pattern, reason
+    return None
+
+
+# -- the report -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SuiteReport:
+    """All results of one run, plus what is needed to print, serialise or reproduce them."""
+
+    backend: dict[str, str]
+    results: list[CaseResult]
+    warnings: list[str]
+    duration: float
+    golden: str = "shipped"
+
+    def counts(self, results: Iterable[CaseResult] | None = None) -> dict[str, int]:
+        counts = dict.fromkeys(STATUSES, 0)
+        for r in self.results if results is None else results:
+            counts[r.status] += 1
+        return counts
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        return [r for r in self.results if r.status == "failed"]
+
+    @property
+    def ok(self) -> bool:
+        """True when no case failed (unsupported, skipped and xfailed cases do not fail a run)."""
+        return not self.failures
+
+    def summary_table(self) -> str:
+        """Counts per operation and per bug class, one table each."""
+        lines = []
+        for title, key in (("operation", lambda r: r.op), ("bug class", lambda r: r.bug_class)):
+            groups: dict[str, list[CaseResult]] = {}
+            for r in self.results:
+                groups.setdefault(key(r), []).append(r)
+            width = max([len(title)] + [len(g) for g in groups])
+            cols = ("passed", "failed", "unsupported", "skipped", "xfailed", "xpassed")
+            head = f"{title:<{width}}  " + "  ".join(f"{c:>11}" for c in cols) + f"  {'total':>6}"
+            lines += [head, "-" * len(head)]
+            for name in sorted(groups):
+                c = self.counts(groups[name])
+                lines.append(
+                    f"{name:<{width}}  "
+                    + "  ".join(f"{c[s]:>11}" for s in cols)
+                    + f"  {len(groups[name]):>6}"
+                )
+            c = self.counts()
+            lines.append(
+                f"{'all':<{width}}  " + "  ".join(f"{c[s]:>11}" for s in cols) + f"  {len(self.results):>6}"
+            )
+            lines.append("")
+        return "\n".join(lines)
+
+    def failure_details(self) -> str:
+        """One block per failed case: id, what failed, the worst element, and a reproducer."""
+        blocks = []
+        for r in self.failures:
+            block = [f"FAILED {r.case_id}  [{r.op}, bug class: {r.bug_class}, {r.kind}]"]
+            worst = r.worst
+            if worst is not None:
+                block.append(
+                    f"  worst element {worst.output}[{', '.join(map(str, worst.index or ()))}]: "
+                    f"expected {worst.expected:.9g}, got {worst.got:.9g}, tolerance {worst.tol:.3g}, "
+                    f"error/tolerance {worst.ratio:.3g} ({worst.n_bad} of {worst.n_total} elements out)"
+                )
+                if worst.note:
+                    block.append(f"  note: {worst.note}")
+            if r.message and (worst is None or r.kind != "mismatch"):
+                block.extend("  " + line for line in r.message.splitlines()[-6:])
+            block.append(f"  reproduce: {r.reproducer}")
+            blocks.append("\n".join(block))
+        return "\n\n".join(blocks)
+
+    def headline(self) -> str:
+        c = self.counts()
+        parts = [f"{c[s]} {s}" for s in STATUSES if c[s]]
+        return f"{', '.join(parts) or 'no cases'} in {self.duration:.2f}s"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "rope-ref-conformance-report/1",
+            "backend": self.backend,
+            "golden": self.golden,
+            "duration_s": round(self.duration, 3),
+            "counts": self.counts(),
+            "ok": self.ok,
+            "warnings": list(self.warnings),
+            "cases": [r.to_dict() for r in self.results],
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+
+    def write_junit_xml(self, path: str | Path) -> None:
+        """JUnit XML (one ``testcase`` per case, ``classname`` = operation) for CI dashboards."""
+        import xml.etree.ElementTree as ET
+
+        c = self.counts()
+        suite = ET.Element(
+            "testsuite",
+            name=f"rope-ref conformance ({self.backend.get('name', '?')})",
+            tests=str(len(self.results)),
+            failures=str(c["failed"]),
+            errors="0",
+            skipped=str(c["unsupported"] + c["skipped"] + c["xfailed"]),
+            time=f"{self.duration:.3f}",
+        )
+        props = ET.SubElement(suite, "properties")
+        for key, value in self.backend.items():
+            ET.SubElement(props, "property", name=f"backend.{key}", value=str(value))
+        for r in self.results:
+            tc = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"rope_ref.conformance.{r.op}",
+                name=r.case_id,
+                time=f"{r.duration:.6f}",
+            )
+            if r.status == "failed":
+                worst = r.worst
+                summary = worst.describe() if worst is not None else r.message.splitlines()[-1:] or [r.kind]
+                el = ET.SubElement(
+                    tc, "failure", type=r.kind, message=summary if isinstance(summary, str) else summary[0]
+                )
+                el.text = (r.message + "\n" if r.message else "") + f"reproduce: {r.reproducer}"
+            elif r.status in ("unsupported", "skipped", "xfailed"):
+                ET.SubElement(tc, "skipped", message=f"{r.status}: {r.xfail_reason or r.message}")
+            elif r.status == "xpassed":
+                ET.SubElement(tc, "system-out").text = f"stale xfail (passed): {r.xfail_reason}"
+        ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+
+
+# -- running ---------------------------------------------------------------------------------------------
+
+
+def _as_float_output(name: str, arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind == "f" or arr.dtype.name == "bfloat16":
+        return arr.astype(np.float64)
+    raise _CaseFailure("dtype", f"output {name!r} has dtype {arr.dtype}, expected a floating-point array")
+
+
+def _fits(values: np.ndarray, dtype: str) -> bool:
+    """True if every finite value is exactly representable in ``dtype``."""
+    v = values[np.isfinite(values)]
+    if dtype == "bfloat16":
+        bits = v.astype(np.float32).view(np.uint32)
+        return bool(np.all(bits & np.uint32(0xFFFF) == 0))
+    return bool(np.all(v.astype(np.dtype(dtype)).astype(np.float64) == v))
+
+
+class Runner:
+    """Runs cases against one backend instance.
+
+    ``spec`` / ``precision`` / ``golden`` are only used to write the one-line reproducer of a failure.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        spec: str | None = None,
+        precision: str | None = None,
+        golden: str | None = None,
+    ) -> None:
+        if not isinstance(backend, Backend):
+            raise TypeError(f"backend must be a rope_ref.conformance.Backend, got {type(backend).__name__}")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.backend = backend
+        self.timeout = float(timeout)
+        self.spec = spec or getattr(backend, "name", "?")
+        self.precision = precision
+        self.golden = golden
+
+    # -- one case ---------------------------------------------------------------------------------------
+    def reproducer(self, case_id: str) -> str:
+        cmd = ["rope-ref", "conformance", "run", "--backend", self.spec]
+        if self.precision:
+            cmd += ["--precision", self.precision]
+        if self.golden:
+            cmd += ["--golden", self.golden]
+        cmd += ["-k", "^" + re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", case_id) + "$"]
+        return " ".join(shlex.quote(c) for c in cmd)
+
+    def applies(self, case: Case) -> bool:
+        """A case with activation inputs runs only under the I/O dtype its inputs were quantised for."""
+        return case.io_dtype is None or case.io_dtype == self.backend.precision.io_dtype
+
+    def run_case(self, case: Case) -> CaseResult:
+        result = CaseResult(case.id, case.op, case.bug_class, "passed", reproducer=self.reproducer(case.id))
+        if not self.applies(case):
+            result.status = "skipped"
+            declared = self.backend.precision.io_dtype
+            result.message = f"inputs quantised for io dtype {case.io_dtype}; backend declares {declared}"
+            return result
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["value"] = self._execute(case)
+            except BaseException as exc:  # noqa: BLE001 - every backend error becomes a recorded result
+                box["error"] = exc
+                box["trace"] = traceback.format_exc()
+
+        start = time.perf_counter()
+        worker = threading.Thread(target=work, name=f"rope-ref case {case.id}", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        result.duration = time.perf_counter() - start
+        if worker.is_alive():
+            result.status, result.kind = "failed", "timeout"
+            result.message = f"the backend did not return within the per-case timeout of {self.timeout:g}s"
+            return result
+        error = box.get("error")
+        if isinstance(error, NotImplementedError):
+            result.status = "unsupported"
+            result.message = f"{case.op} raised NotImplementedError" + (f": {error}" if str(error) else "")
+        elif isinstance(error, _CaseFailure):
+            result.status, result.kind, result.message = "failed", error.kind, str(error)
+        elif error is not None:
+            result.status, result.kind = "failed", "exception"
+            result.message = (
+                f"{case.op} raised {type(error).__name__}: {error}\n{box.get('trace', '')}".rstrip()
+            )
+        else:
+            result.comparisons = box["value"]
+            bad = [c for c in result.comparisons if not c.passed]
+            if bad:
+                result.status = "failed"
+                nonfinite = any("non-finite" in c.note for c in bad)
+                result.kind = "non-finite" if nonfinite else "mismatch"
+                result.message = "\n".join(c.describe() for c in bad)
+        return result
+
+    def _execute(self, case: Case) -> list[Comparison]:
+        b = self.backend
+        io = b.precision.io_dtype
+        activations = _ACTIVATIONS.get(case.op, ())
+        originals = {k: np.array(v, copy=True) for k, v in case.inputs.items()}
+        handed = {k: np.array(v, copy=True) for k, v in case.inputs.items()}
+        # Activations take the backend's I/O dtype when the case was quantised for it; cases without an
+        # I/O dtype (the fp16 emulation) hand their stored dtype through unchanged.
+        act_dtype = io if case.io_dtype is not None else None
+        converted = {k: b.from_numpy(v, act_dtype if k in activations else None) for k, v in handed.items()}
+        snapshots = {k: np.array(b.to_numpy(v), copy=True) for k, v in converted.items()}
+        raw = self._call(case, converted)
+        outputs = self._outputs(case, raw)
+        self._check_mutation(case, originals, handed, converted, snapshots, activations)
+        return check_case(case, outputs, b.precision)
+
+    def _call(self, case: Case, a: dict[str, Any]) -> Any:
+        b, p = self.backend, case.params
+        kw = {"seq_len": p["seq_len"]} if p.get("seq_len") is not None else {}
+        op = case.op
+        if op == "inv_freq":
+            return b.inv_freq(case.rope_config(), **kw)
+        if op == "attention_factor":
+            return b.attention_factor(case.rope_config(), **kw)
+        if op == "cos_sin":
+            return b.cos_sin(a["positions"], case.rope_config(), **kw)
+        if op == "apply":
+            return b.apply(a["x"], a["positions"], case.rope_config(), **kw)
+        if op == "apply_vjp":
+            return b.apply_vjp(a["x"], a["positions"], case.rope_config(), a["grad_out"], **kw)
+        if op == "chatglm_position_ids":
+            return b.chatglm_position_ids(a["input_ids"], **p)
+        if op == "chatglm_apply_2d":
+            return b.chatglm_apply_2d(a["x"], a["position_ids"], a["block_position_ids"], **p)
+        if op == "decay_upper_bound":
+            return b.decay_upper_bound(a["distances"], case.rope_config())
+        raise ValueError(f"case {case.id!r}: unknown op {op!r}")
+
+    def _outputs(self, case: Case, raw: Any) -> dict[str, np.ndarray]:
+        names = list(case.expected)
+        if len(names) > 1:
+            if not isinstance(raw, (tuple, list)) or len(raw) != len(names):
+                raise _CaseFailure(
+                    "shape",
+                    f"{case.op} returned {type(raw).__name__}, "
+                    f"expected a tuple of {len(names)} ({', '.join(names)})",
+                )
+            items = list(zip(names, raw, strict=True))
+        else:
+            items = [(names[0], raw)]
+        out = {}
+        for name, value in items:
+            arr = np.asarray(self.backend.to_numpy(value))
+            expected = case.expected[name]
+            if arr.shape != expected.shape:
+                raise _CaseFailure(
+                    "shape", f"output {name!r} has shape {arr.shape}, expected {expected.shape}"
+                )
+            if case.tolerance == "exact":
+                if arr.dtype.kind not in "iu":
+                    raise _CaseFailure(
+                        "dtype", f"output {name!r} has dtype {arr.dtype}, expected an integer array"
+                    )
+                out[name] = arr.astype(np.float64)
+                continue
+            values = _as_float_output(name, arr)
+            if case.op in _IO_OUTPUT_OPS and case.tolerance != "emulation":
+                self._check_io_dtype(name, arr, values)
+            out[name] = values
+        return out
+
+    def _check_io_dtype(self, name: str, arr: np.ndarray, values: np.ndarray) -> None:
+        io = self.backend.precision.io_dtype
+        ok_dtypes = {
+            "float64": ("float64",),
+            "float32": ("float32",),
+            "float16": ("float16",),
+            "bfloat16": ("bfloat16", "float32"),
+        }[io]
+        if arr.dtype.name not in ok_dtypes:
+            raise _CaseFailure(
+                "dtype", f"output {name!r} has dtype {arr.dtype.name}; the backend declares io dtype {io}"
+            )
+        if io == "bfloat16" and arr.dtype.name == "float32" and not _fits(values, "bfloat16"):
+            raise _CaseFailure(
+                "dtype",
+                f"output {name!r} holds float32 values that bfloat16 cannot represent (declared io bfloat16)",
+            )
+
+    def _check_mutation(self, case, originals, handed, converted, snapshots, activations) -> None:
+        """Inputs must be unchanged after the call (backend arrays: as they were right after conversion)."""
+        inplace = bool(getattr(self.backend, "inplace", False))
+        for k in originals:
+            if inplace and k in activations:
+                continue
+            checks = (
+                ("backend array", np.asarray(self.backend.to_numpy(converted[k])), snapshots[k]),
+                ("NumPy array handed to from_numpy", handed[k], originals[k]),
+            )
+            for label, now, orig in checks:
+                same = now.shape == orig.shape and np.array_equal(
+                    now.astype(np.float64), orig.astype(np.float64), equal_nan=True
+                )
+                if not same:
+                    raise _CaseFailure(
+                        "mutation",
+                        f"{case.op} changed its input {k!r} ({label}) "
+                        "but the backend does not declare inplace=True",
+                    )
+
+    # -- a whole suite --------------------------------------------------------------------------------------
+    def run(
+        self,
+        cases: Sequence[Case],
+        *,
+        select: str | None = None,
+        xfails: dict[str, str] | None = None,
+        progress: Callable[[int, int, CaseResult], None] | None = None,
+    ) -> SuiteReport:
+        """Run ``cases`` in order; ``select`` is a regex searched in each case id (``-k``)."""
+        pattern = None
+        if select is not None:
+            try:
+                pattern = re.compile(select)
+            except re.error as exc:
+                raise ValueError(f"-k {select!r} is not a valid regular expression: {exc}") from None
+        chosen = [c for c in cases if pattern is None or pattern.search(c.id)]
+        xfails = dict(xfails or {})
+        used: set[str] = set()
+        warnings: list[str] = []
+        results: list[CaseResult] = []
+        start = time.perf_counter()
+        for i, case in enumerate(chosen, 1):
+            result = self.run_case(case)
+            match = _xfail_reason(case.id, xfails)
+            if match is not None:
+                key, reason = match
+                used.add(key)
+                result.xfail_reason = reason
+                if result.status == "failed":
+                    result.status = "xfailed"
+                elif result.status == "passed":
+                    result.status = "xpassed"
+                    warnings.append(f"stale xfail: {case.id} passed (entry {key!r}: {reason})")
+            results.append(result)
+            if progress is not None:
+                progress(i, len(chosen), result)
+        for key in xfails:
+            if key not in used:
+                warnings.append(f"stale xfail: entry {key!r} matches no selected case")
+        b = self.backend
+        info = {
+            "spec": self.spec,
+            "name": str(b.name),
+            "version": str(b.version),
+            "device": str(b.device),
+            "io_dtype": b.precision.io_dtype,
+            "angle_dtype": b.precision.angle_dtype,
+            "compute_dtype": b.precision.compute_dtype,
+            "inplace": str(bool(getattr(b, "inplace", False))).lower(),
+        }
+        return SuiteReport(info, results, warnings, time.perf_counter() - start, self.golden or "shipped")
+
+
+def progress_printer(stream) -> Callable[[int, int, CaseResult], None]:
+    """A pytest-like progress line: one character per case, a percentage every 64 cases."""
+
+    def show(i: int, n: int, result: CaseResult) -> None:
+        stream.write(_PROGRESS_CHAR[result.status])
+        if i % 64 == 0 or i == n:
+            stream.write(f" [{i:>{len(str(n))}}/{n} {100 * i // max(n, 1):3d}%]\n")
+        stream.flush()
+
+    return show

@@ -1,0 +1,329 @@
+"""The tolerance model: how far a backend's output may be from the float64 golden value, per element.
+
+The derivation is in ``docs/tolerance.md``; in short, for a backend with precision policy
+(``io_dtype``, ``angle_dtype``, ``compute_dtype``) and unit roundoffs ``u_io``, ``u_a``, ``u_c``:
+
+* the angle m * theta_i of a correct implementation carries a *relative* error of at most
+  ``k_i * u_a`` with ``k_i = PHASE_SLACK + 2 |ln theta_i|`` (position rounding, the product, and the
+  inverse frequency ``base ** (-2i/d)`` whose exponent rounding is amplified by ``|ln theta_i|``
+  (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §1.5 on condition numbers);
+* the rotation of pair (a, b) with radius r = hypot(x_a, x_b) and attention factor A moves each
+  output by at most ``A r |d angle|`` for an angle error ``d angle`` (the derivative of
+  ``A (x_a cos t - x_b sin t)`` in t is ``-y_b``, and ``|y_b| <= A r``), plus a few roundings of size
+  ``A r u`` in the I/O, angle and compute dtypes (Higham §2.2 model ``fl(a op b) = (a op b)(1 + d)``,
+  ``|d| <= u``).
+
+Hence for every rotated element ``|got - expected| <= A r (k_i |m theta_i| u_a + ROUND_SLACK u_r) + floor``
+with ``u_r = u_io + u_a + u_c``. Pass-through channels, position 0 when A = 1, and integer ids are
+exact. NaN and infinity never pass. Angles are always judged at float32 precision or better: a
+backend that declares bfloat16 or float16 angles is held to float32 angles, because half-precision
+angles are the bug (``known-bugs.md`` §1), not a policy.
+
+Each rule name of :attr:`rope_ref.conformance.case.Case.tolerance` maps to one function here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .case import Case
+from .protocol import PrecisionPolicy
+
+__all__ = [
+    "RULES",
+    "UNIT_ROUNDOFF",
+    "PHASE_SLACK",
+    "ROUND_SLACK",
+    "Comparison",
+    "unit_roundoff",
+    "angle_roundoff",
+    "element_tolerance",
+    "compare_output",
+    "check_case",
+]
+
+#: Unit roundoff u = 2^-p of each dtype (p = significand bits incl. the implicit one); IEEE 754-2008
+#: binary64/32/16 and Google's bfloat16 (8 significand bits).
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+
+#: Smallest positive normal number of each dtype: a floor for outputs near zero (flush-to-zero devices).
+_TINY = {"float64": 2.0**-1022, "float32": 2.0**-126, "float16": 2.0**-14, "bfloat16": 2.0**-126}
+
+#: Constant part of the per-pair phase factor k_i = PHASE_SLACK + 2 |ln theta_i| (see docs/tolerance.md).
+PHASE_SLACK = 8.0
+#: Number of unit roundoffs allowed for the rotation arithmetic, the cos/sin evaluation and the casts.
+ROUND_SLACK = 8.0
+#: Emulation rule: fp16 ulps (2 u16 each) of the pair radius a faithful fp16 port may differ by.
+EMULATION_ULPS = 3.0
+
+RULES = ("exact", "table", "trig", "rotation", "emulation", "decay")
+
+
+def unit_roundoff(dtype: str) -> float:
+    """u of a canonical dtype name (``float64`` ... ``bfloat16``)."""
+    if dtype not in UNIT_ROUNDOFF:
+        raise ValueError(f"dtype must be one of {sorted(UNIT_ROUNDOFF)}, got {dtype!r}")
+    return UNIT_ROUNDOFF[dtype]
+
+
+def angle_roundoff(policy: PrecisionPolicy) -> float:
+    """u of the angle dtype, capped at float32's: half-precision angles are never admitted."""
+    return min(unit_roundoff(policy.angle_dtype), UNIT_ROUNDOFF["float32"])
+
+
+def _rounding(policy: PrecisionPolicy) -> float:
+    """u_r = u_io + u_a + u_c: the roundings a rotation may pick up in each dtype it passes through."""
+    return unit_roundoff(policy.io_dtype) + angle_roundoff(policy) + unit_roundoff(policy.compute_dtype)
+
+
+def _floor(policy: PrecisionPolicy) -> float:
+    return 4.0 * max(_TINY[policy.io_dtype], _TINY[policy.compute_dtype])
+
+
+def _phase_factor(omega: np.ndarray) -> np.ndarray:
+    """k_i = PHASE_SLACK + 2 |ln theta_i|, the relative angle error (in units of u_a) of pair i."""
+    with np.errstate(divide="ignore"):
+        log = np.abs(np.log(np.abs(omega)))
+    return PHASE_SLACK + 2.0 * np.where(np.isfinite(log), log, 0.0)
+
+
+# -- oracle quantities the rules need (angles, frequencies, attention factor) --------------------------
+
+
+def _rope_terms(cfg, positions: np.ndarray, seq_len: int | None):
+    """``(theta, omega, A)``: angles (positions.shape + (n,)), inverse frequencies and attention factor."""
+    from rope_ref.frequencies import angles, attention_factor, inv_freq, resolve_seq_len
+
+    pos = np.asarray(positions, dtype=np.float64)
+    seq_len = resolve_seq_len(pos, cfg, seq_len)
+    return angles(pos, cfg, seq_len=seq_len), inv_freq(cfg, seq_len), attention_factor(cfg, seq_len)
+
+
+def _pairs(cfg) -> tuple[np.ndarray, np.ndarray]:
+    from rope_ref.rotation import pair_indices
+
+    return pair_indices(cfg)
+
+
+def _rotation_bounds(v: np.ndarray, positions: np.ndarray, cfg, seq_len: int | None, policy: PrecisionPolicy):
+    """Per-element tolerance and exact mask for rotating ``v`` (``(..., head_dim)``) by ``positions``.
+
+    Also returns ``(a, b, amplitude, norm_tol)`` for the pair-norm check: ``|y_pair|`` must equal
+    ``A r`` up to roundoff whatever the phase.
+    """
+    theta, omega, factor = _rope_terms(cfg, positions, seq_len)
+    lead = v.shape[:-1]
+    theta = np.broadcast_to(
+        theta.reshape((1,) * (len(lead) - positions.ndim) + theta.shape), lead + theta.shape[-1:]
+    )
+    a, b = _pairs(cfg)
+    radius = np.hypot(v[..., a], v[..., b])
+    amplitude = abs(factor) * radius
+    u_a, u_r, floor = angle_roundoff(policy), _rounding(policy), _floor(policy)
+    pair_tol = amplitude * (_phase_factor(omega) * np.abs(theta) * u_a + ROUND_SLACK * u_r) + floor
+    tol = np.zeros(v.shape, dtype=np.float64)
+    tol[..., a] = pair_tol
+    tol[..., b] = pair_tol
+    exact = np.zeros(v.shape, dtype=bool)
+    exact[..., cfg.rotary_dim :] = True
+    if factor == 1.0:
+        zero = np.broadcast_to(
+            (positions == 0).reshape((1,) * (len(lead) - positions.ndim) + positions.shape), lead
+        )
+        exact[..., : cfg.rotary_dim] |= zero[..., None]
+    tol[exact] = 0.0
+    norm_tol = amplitude * ROUND_SLACK * u_r + floor
+    return tol, exact, (a, b, amplitude, norm_tol)
+
+
+def _chatglm_halves(case: Case) -> list[tuple[slice, np.ndarray, object]]:
+    """ChatGLM-6B 2D: ``(channels, ids, cfg)`` per half (``rope_ref.chatglm.apply_2d``)."""
+    from rope_ref import RopeConfig
+
+    x = case.inputs["x"]
+    half = x.shape[-1] // 2
+    cfg = RopeConfig(half, layout="half", base=float(case.params.get("base", 10000.0)))
+    pos = np.asarray(case.inputs["position_ids"], dtype=np.float64)
+    blk = np.asarray(case.inputs["block_position_ids"], dtype=np.float64)
+    return [(slice(0, half), pos, cfg), (slice(half, None), blk, cfg)]
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    tol: np.ndarray
+    exact: np.ndarray
+    norms: list  # [(channels, a, b, amplitude, norm_tol)] for rotation cases
+
+
+def element_tolerance(case: Case, name: str, policy: PrecisionPolicy) -> _Bounds:
+    """The allowed absolute error of every element of ``case.expected[name]`` under ``policy``."""
+    rule = case.tolerance
+    expected = np.asarray(case.expected[name], dtype=np.float64)
+    if rule not in RULES:
+        raise ValueError(f"case {case.id!r}: unknown tolerance rule {rule!r}; expected one of {RULES}")
+    u_a = angle_roundoff(policy)
+    if rule == "exact":
+        return _Bounds(np.zeros(expected.shape), np.ones(expected.shape, dtype=bool), [])
+    if rule == "table":
+        tol = np.abs(expected) * _phase_factor(expected) * u_a + _floor(policy)
+        return _Bounds(tol, np.zeros(expected.shape, dtype=bool), [])
+    if rule == "trig":
+        cfg = case.rope_config()
+        theta, omega, factor = _rope_terms(cfg, case.inputs["positions"], case.params.get("seq_len"))
+        tol = abs(factor) * (_phase_factor(omega) * np.abs(theta) * u_a + ROUND_SLACK * _rounding(policy))
+        return _Bounds(tol + _floor(policy), np.zeros(expected.shape, dtype=bool), [])
+    if rule == "decay":
+        return _Bounds(_decay_tolerance(case, expected, policy), np.zeros(expected.shape, dtype=bool), [])
+    if case.op == "chatglm_apply_2d":
+        return _chatglm_bounds(case, expected, policy, emulation=rule == "emulation")
+    if rule == "emulation":
+        raise ValueError(f"case {case.id!r}: the 'emulation' rule is defined for chatglm_apply_2d only")
+    # rotation: apply (input x) and apply_vjp (its VJP rotates grad_out by -angle: same bound).
+    v = case.inputs["grad_out" if case.op == "apply_vjp" else "x"]
+    cfg = case.rope_config()
+    positions = np.asarray(case.inputs["positions"], dtype=np.float64)
+    tol, exact, (a, b, amp, ntol) = _rotation_bounds(
+        np.asarray(v, dtype=np.float64), positions, cfg, case.params.get("seq_len"), policy
+    )
+    return _Bounds(tol, exact, [(slice(None), a, b, amp, ntol)])
+
+
+def _chatglm_bounds(case: Case, expected: np.ndarray, policy: PrecisionPolicy, *, emulation: bool) -> _Bounds:
+    x = np.asarray(case.inputs["x"], dtype=np.float64)
+    tol = np.zeros(expected.shape)
+    exact = np.zeros(expected.shape, dtype=bool)
+    norms = []
+    for channels, ids, cfg in _chatglm_halves(case):
+        part = x[..., channels]
+        if emulation:
+            # Faithful fp16 ports (fused or eager) agree within a few fp16 ulps of the pair radius.
+            a, b = _pairs(cfg)
+            radius = np.hypot(part[..., a], part[..., b]).astype(np.float64)
+            pair_tol = EMULATION_ULPS * 2.0 * UNIT_ROUNDOFF["float16"] * radius + 2.0**-24
+            t = np.zeros(part.shape)
+            t[..., a] = pair_tol
+            t[..., b] = pair_tol
+            tol[..., channels] = t
+            continue
+        t, e, (a, b, amp, ntol) = _rotation_bounds(part, ids, cfg, None, policy)
+        tol[..., channels] = t
+        exact[..., channels] = e
+        norms.append((channels, a, b, amp, ntol))
+    return _Bounds(tol, exact, norms)
+
+
+def _decay_tolerance(case: Case, expected: np.ndarray, policy: PrecisionPolicy) -> np.ndarray:
+    """Bound for RoFormer's (1/n) sum_j |S_j(r)|, S_j = sum_{k<j} e^{i r theta_k} (n = rotary_dim / 2).
+
+    Phase errors add at most sum_k k_k |r| theta_k u_a to every |S_j|; the cumulative sums add at most
+    n^2 u_r (naive summation, Higham §4.2) and the modulus a few u_r |value|.
+    """
+    from rope_ref.frequencies import inv_freq, resolve_seq_len
+
+    cfg = case.rope_config()
+    r = np.abs(np.asarray(case.inputs["distances"], dtype=np.float64))
+    seq_len = resolve_seq_len(r, cfg, case.params.get("seq_len"))
+    omega = inv_freq(cfg, seq_len)
+    phase = float(np.sum(_phase_factor(omega) * omega)) * angle_roundoff(policy)
+    n = omega.size
+    u_r = _rounding(policy)
+    return phase * r + u_r * (n * n + ROUND_SLACK * np.abs(expected)) + _floor(policy)
+
+
+# -- comparison --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict on one output: the worst element (largest error / tolerance) and how many failed."""
+
+    output: str
+    passed: bool
+    n_bad: int
+    n_total: int
+    index: tuple[int, ...] | None = None
+    expected: float = float("nan")
+    got: float = float("nan")
+    tol: float = float("nan")
+    ratio: float = 0.0
+    note: str = ""
+
+    def describe(self) -> str:
+        """``out[1, 0, 3]: expected 0.12, got 0.57, |err| 0.45 > tol 1.2e-06 (ratio 3.7e+05)``."""
+        where = self.output + ("[" + ", ".join(map(str, self.index)) + "]" if self.index else "")
+        err = abs(self.got - self.expected)
+        text = (
+            f"{where}: expected {self.expected:.9g}, got {self.got:.9g}, |err| {err:.3g}, "
+            f"tol {self.tol:.3g}, err/tol {self.ratio:.3g}"
+        )
+        extra = f"; {self.n_bad} of {self.n_total} elements out of tolerance"
+        return text + extra + (f" ({self.note})" if self.note else "")
+
+
+def _worst(
+    output: str, expected: np.ndarray, got: np.ndarray, tol: np.ndarray, exact: np.ndarray, note: str = ""
+) -> Comparison:
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        err = np.abs(got - expected)
+        bad_value = ~np.isfinite(got) & np.isfinite(expected)
+        ratio = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))
+    ratio = np.where(bad_value | np.isnan(err), np.inf, ratio)
+    ratio = np.where(exact & (got != expected) & ~(np.isnan(got) & np.isnan(expected)), np.inf, ratio)
+    bad = ratio > 1.0
+    n_bad = int(np.count_nonzero(bad))
+    if ratio.size == 0:
+        return Comparison(output, True, 0, 0, note=note)
+    flat = int(np.argmax(ratio))
+    idx = tuple(int(i) for i in np.unravel_index(flat, ratio.shape)) if ratio.ndim else ()
+    worst_note = note
+    if n_bad and bool(exact.reshape(-1)[flat]):
+        worst_note = (note + "; " if note else "") + "exact element (pass-through or position 0)"
+    if n_bad and not np.isfinite(got.reshape(-1)[flat]):
+        worst_note = (note + "; " if note else "") + "non-finite value"
+    return Comparison(
+        output,
+        n_bad == 0,
+        n_bad,
+        int(ratio.size),
+        idx,
+        float(expected.reshape(-1)[flat]),
+        float(got.reshape(-1)[flat]),
+        float(tol.reshape(-1)[flat]),
+        float(ratio.reshape(-1)[flat]),
+        worst_note,
+    )
+
+
+def compare_output(case: Case, name: str, got: np.ndarray, policy: PrecisionPolicy) -> list[Comparison]:
+    """Judge ``got`` (already float64, same shape as expected) against ``case.expected[name]``."""
+    expected = np.asarray(case.expected[name], dtype=np.float64)
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != expected.shape:
+        raise ValueError(f"{name}: got shape {got.shape}, expected {expected.shape}")
+    bounds = element_tolerance(case, name, policy)
+    results = [_worst(name, expected, got, bounds.tol, bounds.exact)]
+    for channels, a, b, amplitude, norm_tol in bounds.norms:
+        part = got[..., channels]
+        with np.errstate(invalid="ignore", over="ignore"):
+            norm = np.hypot(part[..., a], part[..., b])
+        results.append(
+            _worst(
+                f"{name} pair norm",
+                amplitude,
+                norm,
+                norm_tol,
+                np.zeros(norm.shape, dtype=bool),
+                "|y_pair| must equal A*|x_pair| at any phase",
+            )
+        )
+    return results
+
+
+def check_case(case: Case, outputs: dict[str, np.ndarray], policy: PrecisionPolicy) -> list[Comparison]:
+    """Judge every expected output of ``case``; ``outputs`` maps the expected names to float64 arrays."""
+    results: list[Comparison] = []
+    for name in case.expected:
+        results.extend(compare_output(case, name, outputs[name], policy))
+    return results

@@ -1,0 +1,329 @@
+"""The golden on-disk format: our safetensors/npz I/O, interop with the `safetensors` package, the
+manifest JSON Schema, and integrity failures (tampered, truncated, path-escaping) naming the file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from rope_ref.conformance import catalogue, golden
+from rope_ref.conformance.golden import GoldenError, load_golden, validate_manifest, write_golden
+from rope_ref.conformance.safetensors_io import (
+    SafetensorsError,
+    read_npz,
+    read_safetensors,
+    safetensors_bytes,
+    write_npz,
+    write_safetensors,
+)
+
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[1] / "docs" / "golden-manifest.schema.json").read_text()
+)
+
+
+def _tensors() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "a.f64": rng.standard_normal((2, 3)),
+        "b_f32": rng.standard_normal(5).astype(np.float32),
+        "c16": np.array([1.0, -2.5, 65504.0], dtype=np.float16),
+        "ids": np.arange(12, dtype=np.int64).reshape(3, 4),
+        "scalar": np.array(1.25),
+        "empty": np.zeros((0, 4), dtype=np.float32),
+        "i32": np.array([-1, 7], dtype=np.int32),
+    }
+
+
+# -- our reader/writer ----------------------------------------------------------------------------------
+
+
+def test_roundtrip_and_layout(tmp_path):
+    path = tmp_path / "t.safetensors"
+    write_safetensors(path, _tensors(), {"k": "v"})
+    got, meta = read_safetensors(path)
+    assert meta == {"k": "v"}
+    for name, arr in _tensors().items():
+        assert got[name].dtype == arr.dtype and got[name].shape == arr.shape
+        np.testing.assert_array_equal(got[name], arr)
+    blob = path.read_bytes()
+    (n,) = struct.unpack("<Q", blob[:8])
+    assert n % 8 == 0  # header padded to 8 bytes
+    header = json.loads(blob[8 : 8 + n])
+    assert header["ids"] == {"dtype": "I64", "shape": [3, 4], "data_offsets": header["ids"]["data_offsets"]}
+    # Raw little-endian C-order bytes, independent of our reader.
+    b, e = header["ids"]["data_offsets"]
+    assert blob[8 + n + b : 8 + n + e] == np.arange(12, dtype="<i8").tobytes()
+
+
+def test_writer_is_deterministic():
+    assert safetensors_bytes(_tensors()) == safetensors_bytes(dict(reversed(list(_tensors().items()))))
+
+
+def test_interop_with_safetensors_package(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    ours = tmp_path / "ours.safetensors"
+    theirs = tmp_path / "theirs.safetensors"
+    tensors = {k: v for k, v in _tensors().items() if k != "empty"}
+    write_safetensors(ours, tensors, {"case_id": "x"})
+    loaded = load_file(str(ours))
+    assert set(loaded) == set(tensors)
+    for k, v in tensors.items():
+        np.testing.assert_array_equal(loaded[k], v)
+        assert loaded[k].dtype == v.dtype
+    save_file(tensors, str(theirs), metadata={"m": "1"})
+    got, meta = read_safetensors(theirs)
+    assert meta == {"m": "1"}
+    for k, v in tensors.items():
+        np.testing.assert_array_equal(got[k], v)
+
+
+def test_reads_bf16_from_safetensors_torch(tmp_path):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    t = torch.tensor([1.0, -2.0, 3.140625, 1e-3], dtype=torch.bfloat16)
+    save_file({"w": t}, str(tmp_path / "bf.safetensors"))
+    got, _ = read_safetensors(tmp_path / "bf.safetensors")
+    assert got["w"].dtype == np.float32
+    np.testing.assert_array_equal(got["w"], t.float().numpy())
+
+
+def test_shipped_golden_file_reads_with_safetensors_package():
+    from safetensors.numpy import load_file
+
+    case = golden.read_manifest()[1]["cases"][0]
+    path = golden.shipped_dir() / case["file"]
+    theirs = load_file(str(path))
+    ours, _ = read_safetensors(path)
+    assert set(theirs) == set(ours)
+    for k in ours:
+        np.testing.assert_array_equal(theirs[k], ours[k])
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda b: b[:5], "truncated"),
+        (lambda b: b[:-3], "truncated"),
+        (lambda b: b + b"\0" * 8, "cover"),
+        (lambda b: struct.pack("<Q", 10**12) + b[8:], "header length"),
+        (lambda b: b[:8] + b"[" + b[9:], "JSON"),
+    ],
+)
+def test_reader_rejects_corrupt_files(tmp_path, mutate, message):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(mutate(safetensors_bytes(_tensors())))
+    with pytest.raises(SafetensorsError, match=message) as err:
+        read_safetensors(path)
+    assert str(path) in str(err.value)
+
+
+def test_reader_rejects_overlapping_offsets(tmp_path):
+    header = {
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]},
+    }
+    text = json.dumps(header).encode()
+    path = tmp_path / "o.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"\0" * 12)
+    with pytest.raises(SafetensorsError, match="overlap"):
+        read_safetensors(path)
+
+
+def test_npz_is_pickle_free_and_deterministic(tmp_path):
+    tensors = _tensors()
+    write_npz(tmp_path / "a.npz", tensors)
+    write_npz(tmp_path / "b.npz", dict(reversed(list(tensors.items()))))
+    assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+    with np.load(tmp_path / "a.npz", allow_pickle=False) as z:
+        for k, v in tensors.items():
+            np.testing.assert_array_equal(z[k], v)
+    assert set(read_npz(tmp_path / "a.npz")) == set(tensors)
+    with pytest.raises(TypeError, match="pickle"):
+        write_npz(tmp_path / "c.npz", {"o": np.array([object()])})
+    (tmp_path / "d.npz").write_bytes(b"not a zip")
+    with pytest.raises(SafetensorsError, match="d.npz"):
+        read_npz(tmp_path / "d.npz")
+
+
+# -- manifest schema --------------------------------------------------------------------------------------
+
+
+def test_schema_is_valid_and_accepts_shipped_manifest():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    _, manifest = golden.read_manifest()
+    jsonschema.validate(manifest, SCHEMA)
+
+
+def _mutations():
+    def case0(m):
+        return m["cases"][0]
+
+    return [
+        ("schema_version", lambda m: m.__setitem__("schema_version", 2)),
+        ("format", lambda m: m.__setitem__("format", "pickle")),
+        ("provenance", lambda m: m["provenance"].pop("numpy_version")),
+        ("extra key", lambda m: m.__setitem__("surprise", 1)),
+        ("op", lambda m: case0(m).__setitem__("op", "rotate")),
+        ("tolerance", lambda m: case0(m).__setitem__("tolerance", "loose")),
+        ("io_dtype", lambda m: case0(m).__setitem__("io_dtype", "float8")),
+        ("sha256", lambda m: case0(m).__setitem__("sha256", "abc")),
+        ("file escape", lambda m: case0(m).__setitem__("file", "../evil.safetensors")),
+        ("file subdir", lambda m: case0(m).__setitem__("file", "sub/evil.safetensors")),
+        (
+            "tensor escape",
+            lambda m: case0(m)["expected"].__setitem__("../x", {"dtype": "float64", "shape": [1]}),
+        ),
+        ("dtype", lambda m: next(iter(case0(m)["expected"].values())).__setitem__("dtype", "object")),
+        ("shape", lambda m: next(iter(case0(m)["expected"].values())).__setitem__("shape", [-1])),
+        ("layout", lambda m: case0(m)["config"].__setitem__("layout", "neox")),
+        ("head_dim", lambda m: case0(m)["config"].__setitem__("head_dim", 7)),
+        ("missing key", lambda m: case0(m).pop("bug_class")),
+        ("empty expected", lambda m: case0(m).__setitem__("expected", {})),
+    ]
+
+
+@pytest.mark.parametrize("label, mutate", _mutations(), ids=[m[0] for m in _mutations()])
+def test_schema_and_validator_reject_the_same_violations(label, mutate):
+    _, manifest = golden.read_manifest()
+    manifest = json.loads(json.dumps(manifest))
+    manifest["cases"] = manifest["cases"][:2]
+    mutate(manifest)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(manifest, SCHEMA)
+    with pytest.raises(GoldenError, match="manifest.json: schema violation"):
+        validate_manifest(manifest, "x/manifest.json")
+
+
+# -- integrity of a golden directory ---------------------------------------------------------------------
+
+
+@pytest.fixture()
+def small_dir(tmp_path):
+    cases = [
+        c for c in catalogue.build_catalogue() if c.id.startswith(("apply-tiny_d4", "inv_freq-default_d64"))
+    ]
+    return write_golden(cases, tmp_path / "g", generator="test", source="custom")
+
+
+def _first_file(root: Path) -> Path:
+    return root / json.loads((root / "manifest.json").read_text())["cases"][0]["file"]
+
+
+def _edit_manifest(root: Path, fn) -> None:
+    m = json.loads((root / "manifest.json").read_text())
+    fn(m)
+    (root / "manifest.json").write_text(json.dumps(m))
+
+
+def test_small_dir_loads(small_dir):
+    cases = load_golden(small_dir)
+    assert [c.id for c in cases][:1] == ["inv_freq-default_d64_base10000"]
+
+
+def test_tampered_file_fails_naming_it(small_dir):
+    path = _first_file(small_dir)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(GoldenError, match="checksum mismatch") as err:
+        load_golden(small_dir)
+    assert path.name in str(err.value)
+
+
+def test_truncated_file_fails_naming_it(small_dir):
+    path = _first_file(small_dir)
+    path.write_bytes(path.read_bytes()[:20])
+    with pytest.raises(GoldenError, match="checksum mismatch") as err:
+        load_golden(small_dir)
+    assert path.name in str(err.value)
+
+
+def test_truncated_file_with_updated_checksum_fails_structurally(small_dir):
+    path = _first_file(small_dir)
+    data = path.read_bytes()[:-8]
+    path.write_bytes(data)
+    _edit_manifest(small_dir, lambda m: m["cases"][0].__setitem__("sha256", hashlib.sha256(data).hexdigest()))
+    with pytest.raises(GoldenError, match="truncated") as err:
+        load_golden(small_dir)
+    assert path.name in str(err.value)
+
+
+def test_tensor_swap_with_valid_checksum_is_caught(small_dir):
+    path = _first_file(small_dir)
+    data = safetensors_bytes({"expected.other": np.zeros(32)})
+    path.write_bytes(data)
+    _edit_manifest(small_dir, lambda m: m["cases"][0].__setitem__("sha256", hashlib.sha256(data).hexdigest()))
+    with pytest.raises(GoldenError, match="the manifest lists") as err:
+        load_golden(small_dir)
+    assert path.name in str(err.value)
+
+
+def test_schema_violation_names_manifest(small_dir):
+    _edit_manifest(small_dir, lambda m: m["cases"][0].__setitem__("tolerance", "vibes"))
+    with pytest.raises(GoldenError, match=r"manifest\.json: schema violation at /cases/0/tolerance"):
+        load_golden(small_dir)
+
+
+def test_invalid_json_manifest(small_dir):
+    (small_dir / "manifest.json").write_text("{not json")
+    with pytest.raises(GoldenError, match="manifest.json: not valid"):
+        load_golden(small_dir)
+
+
+def test_path_escape_is_refused(small_dir, tmp_path):
+    outside = tmp_path / "evil.safetensors"
+    shutil.copy(_first_file(small_dir), outside)
+    _edit_manifest(small_dir, lambda m: m["cases"][0].__setitem__("file", "../evil.safetensors"))
+    with pytest.raises(GoldenError, match="escapes"):
+        load_golden(small_dir)
+
+
+def test_symlink_escape_is_refused(small_dir, tmp_path):
+    path = _first_file(small_dir)
+    outside = tmp_path / "outside.safetensors"
+    shutil.move(path, outside)
+    path.symlink_to(outside)
+    with pytest.raises(GoldenError, match="escapes") as err:
+        load_golden(small_dir)
+    assert path.name in str(err.value)
+
+
+def test_missing_file_and_missing_manifest(small_dir, tmp_path):
+    path = _first_file(small_dir)
+    path.unlink()
+    with pytest.raises(GoldenError, match="missing") as err:
+        load_golden(small_dir)
+    assert path.name in str(err.value)
+    with pytest.raises(GoldenError, match="manifest.json: missing"):
+        load_golden(tmp_path)
+
+
+def test_nothing_is_returned_before_all_checks(small_dir):
+    # Corrupt the *last* file: loading must fail, never yield the earlier cases.
+    m = json.loads((small_dir / "manifest.json").read_text())
+    last = small_dir / m["cases"][-1]["file"]
+    last.write_bytes(last.read_bytes()[:-1])
+    with pytest.raises(GoldenError, match=last.name):
+        load_golden(small_dir)
+
+
+def test_npz_golden_dir_roundtrip(tmp_path):
+    cases = [c for c in catalogue.build_catalogue() if c.id.startswith("apply-tiny_d2")]
+    root = write_golden(cases, tmp_path / "n", generator="test", source="custom", fmt="npz")
+    loaded = load_golden(root)
+    for a, b in zip(cases, loaded, strict=True):
+        assert a.id == b.id and a.io_dtype == b.io_dtype
+        for k in a.inputs:
+            np.testing.assert_array_equal(a.inputs[k], b.inputs[k])
+            assert a.inputs[k].dtype == b.inputs[k].dtype
+        for k in a.expected:
+            np.testing.assert_array_equal(a.expected[k], b.expected[k])
