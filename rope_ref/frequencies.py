@@ -7,6 +7,9 @@ factor that multiplies cos and sin, as HF ``transformers`` ``modeling_rope_utils
 
 from __future__ import annotations
 
+import functools
+import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -24,13 +27,26 @@ def _check_config(cfg: Any) -> RopeConfig:
 
 
 def default_inv_freq(base: float, rotary_dim: int) -> np.ndarray:
-    """theta_i = base^(-2i/rotary_dim), float64, shape ``(rotary_dim // 2,)``.
+    """theta_i = base^(-2i/rotary_dim), float64, shape ``(rotary_dim // 2,)``, within ~1.5 ulp.
 
     RoFormer (arXiv 2104.09864) eq. 15; HF ``_compute_default_rope_parameters`` computes the same
     values as ``1 / base ** (arange(0, dim, 2) / dim)`` in float32.
+
+    A plain ``base ** (-2i/d)`` first rounds the exponent ``2i/d`` to float64, and ``ln(base)``
+    magnifies that rounding (up to ~7 ulp for base 1e6). Here the exponent is split exactly into
+    ``hi + lo`` (``hi`` the float64 nearest ``-2i/d``, ``lo`` the rational remainder) and
+    ``base^(hi + lo) = base^hi * (1 + lo ln base)`` to first order, which is exact to float64
+    precision because ``|lo ln base| < 1e-15``.
     """
-    exponents = np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
-    return np.power(float(base), -exponents)
+    return np.array(_default_inv_freq_cached(float(base), int(rotary_dim)))
+
+
+@functools.lru_cache(maxsize=512)
+def _default_inv_freq_cached(base: float, rotary_dim: int) -> tuple[float, ...]:
+    exponents = [Fraction(-2 * i, rotary_dim) for i in range(rotary_dim // 2)]
+    hi = np.array([float(e) for e in exponents], dtype=np.float64)
+    lo = np.array([float(e - Fraction(h)) for e, h in zip(exponents, hi, strict=True)], dtype=np.float64)
+    return tuple((np.power(base, hi) * (1.0 + lo * math.log(base))).tolist())
 
 
 def _check_seq_len(seq_len: Any) -> int | None:

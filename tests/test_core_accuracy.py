@@ -15,9 +15,9 @@ from rope_ref import RopeConfig
 EPS64 = np.finfo(np.float64).eps
 
 
+@mpmath.workdps(50)
 def mp_rotate(x: np.ndarray, m: float, cfg: RopeConfig):
     """y and per-pair |angle| in 50-digit arithmetic from the same float64 inputs (x, m, base)."""
-    mpmath.mp.dps = 50
     d = cfg.rotary_dim
     y = [mpmath.mpf(float(v)) for v in x]
     angles = []
@@ -51,6 +51,18 @@ def test_apply_error_is_within_the_stated_bound(cfg, x, m):
         for idx in (a, b):
             err = abs(float(mpmath.mpf(float(got[idx])) - want[idx]))
             assert err <= bound, (idx, err, bound)
+
+
+@pytest.mark.parametrize("base", [10000.0, 500000.0, 1e6, 1.5e6, 2.0, 10.0, 1234.5678])
+@pytest.mark.parametrize("d", [6, 10, 64, 80, 96, 120, 128, 256, 512])
+def test_inv_freq_is_within_two_ulp_of_the_exact_power(base, d):
+    # The exponent -2i/d is rational: mpmath evaluates base^(-2i/d) to 50 digits without rounding it.
+    got = rope_ref.inv_freq(RopeConfig(d, layout="half", base=base))
+    with mpmath.workdps(50):
+        for i in range(d // 2):
+            exact = mpmath.power(mpmath.mpf(base), mpmath.mpf(-2 * i) / d)
+            ulps = abs((mpmath.mpf(float(got[i])) - exact) / float(np.spacing(float(exact))))
+            assert ulps <= 2, (i, float(ulps))
 
 
 def test_published_inverse_frequencies_head_dim_512():

@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 import rope_ref
 from rope_ref import DynamicNTK, Linear, Llama3, LongRoPE, NTKAware, RopeConfig, YaRN, scaling_from_hf
 
-mpmath.mp.dps = 40
+
+@pytest.fixture(autouse=True, scope="module")
+def _mpmath_40_digits():
+    """40-digit mpmath for every test here, without leaking the setting into other modules."""
+    with mpmath.workdps(40):
+        yield
+
 
 # --- HF published snapshots (64 values each; transformers tests/utils/test_modeling_rope_utils.py) ---
 HF_DEFAULT = [
