@@ -230,14 +230,7 @@ def test_conformance_suite_passes_every_applicable_case(ns, precision, suite_cas
     b = _backend(ns, precision)
     report = Runner(b, spec=f"array-api:{ns}", precision=precision).run(suite_cases)
     counts = report.counts()
-    failures = [
-        f"{r.case_id} [{r.kind}]: {r.message[:300]}"
-        for r in report.failures
-        # Runner limitation (reported to the lead): the fp16-emulation ChatGLM case feeds float16
-        # values through the bf16 activation dtype, which rounds them, and the runner's mutation check
-        # compares the backend array with the unrounded input.
-        if not (precision == "bf16" and r.case_id.startswith("chatglm_apply_2d-fp16_emulation"))
-    ]
+    failures = [f"{r.case_id} [{r.kind}]: {r.message[:300]}" for r in report.failures]
     assert not failures, "\n".join(failures)
     assert counts["passed"] > 0
     # Only the fp16 emulation needs a dtype outside the standard; nothing else may be unsupported.

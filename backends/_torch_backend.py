@@ -1,0 +1,116 @@
+"""The conformance-protocol backend of the torch adapter (:class:`TorchBackend`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from rope_ref.conformance.protocol import Backend, PrecisionPolicy, canonical_dtype
+
+import rope_ref
+
+from ._torch_core import freq_table
+from ._torch_extras import chatglm_apply_2d, chatglm_position_ids, decay_upper_bound
+from ._torch_module import RotaryEmbedding, apply
+
+__all__ = ["TorchBackend", "POLICIES"]
+
+_TORCH_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+#: The policies this adapter offers, by the suite's precision names (io, angle, compute dtypes).
+POLICIES = {
+    "float64": PrecisionPolicy("float64", "float64", "float64"),
+    "float32": PrecisionPolicy("float32", "float32", "float32"),
+    "float16": PrecisionPolicy("float16", "float32", "float32"),
+    "bfloat16": PrecisionPolicy("bfloat16", "float32", "float32"),
+}
+
+
+class TorchBackend(Backend):
+    """This adapter behind the conformance protocol; every per-position computation is torch.
+
+    ``apply_vjp`` runs real autograd through :class:`RotateFunction` (``autograd="function"``) or plain
+    autograd (``"native"``).
+    """
+
+    name = "torch"
+    version = torch.__version__
+
+    def __init__(self, precision: str | None = None, device: str = "cpu", autograd: str = "function") -> None:
+        io = canonical_dtype(precision if precision is not None else "float32", "precision")
+        self.precision = POLICIES[io]
+        self._io = _TORCH_DTYPES[io]
+        self._angle = _TORCH_DTYPES[self.precision.angle_dtype]
+        self._device = torch.device(device)
+        if self._device.type == "cuda" and self._device.index is None:
+            self._device = torch.device("cuda", torch.cuda.current_device())
+        self.device = str(self._device)
+        self.name = "torch" if self._device.type == "cpu" else f"torch:{self._device.type}"
+        if autograd not in ("function", "native"):
+            raise ValueError(f"autograd must be 'function' or 'native', got {autograd!r}")
+        self.autograd = autograd
+
+    # -- conversion ----------------------------------------------------------------------------------
+    def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(array).copy())
+        if dtype is not None:
+            t = t.to(_TORCH_DTYPES[canonical_dtype(dtype)])
+        return t.to(self._device)
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        if isinstance(array, torch.Tensor):
+            t = array.detach().cpu()
+            if t.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
+                t = t.to(torch.float32)
+            return t.numpy()
+        return np.asarray(array)
+
+    # -- operations ----------------------------------------------------------------------------------
+    def inv_freq(self, cfg, seq_len=None):
+        return freq_table(cfg, seq_len, self._angle, self._device)[0]
+
+    def attention_factor(self, cfg, seq_len=None):
+        return rope_ref.attention_factor(cfg, seq_len)
+
+    def cos_sin(self, positions, cfg, seq_len=None):
+        module = RotaryEmbedding(cfg, angle_dtype=self._angle)
+        return module.tables(positions, seq_len=seq_len, device=self._device)
+
+    def apply(self, x, positions, cfg, seq_len=None):
+        return apply(x, positions, cfg, seq_len=seq_len, angle_dtype=self._angle, autograd=self.autograd)
+
+    def apply_vjp(self, x, positions, cfg, grad_out, seq_len=None):
+        if seq_len is None:
+            # The forward's length-dependent scaling sees max(positions) + 1: fix it for the backward too.
+            pos = torch.as_tensor(positions)
+            seq_len = rope_ref.frequencies.resolve_seq_len(pos.detach().cpu().double().numpy(), cfg, None)
+        leaf = x.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            y = apply(leaf, positions, cfg, seq_len=seq_len, angle_dtype=self._angle, autograd=self.autograd)
+            (grad,) = torch.autograd.grad(y, leaf, grad_out.to(y.dtype))
+        return grad
+
+    def chatglm_position_ids(
+        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
+    ):
+        return chatglm_position_ids(
+            input_ids,
+            bos_token_id=bos_token_id,
+            mask_token_id=mask_token_id,
+            gmask_token_id=gmask_token_id,
+            position_encoding_2d=position_encoding_2d,
+        )
+
+    def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
+        return chatglm_apply_2d(
+            x, position_ids, block_position_ids, base=base, precision=precision, angle_dtype=self._angle
+        )
+
+    def decay_upper_bound(self, distances, cfg):
+        return decay_upper_bound(distances, cfg, dtype=self._angle)

@@ -1,0 +1,170 @@
+"""ChatGLM-6B 2D positions/rotation and RoFormer's decay bound, natively in torch.
+
+Semantics are those of :mod:`rope_ref.chatglm` and :func:`rope_ref.decay.relative_upper_bound`; the
+sources are cited there (THUDM/chatglm-6b ``modeling_chatglm.py``; RoFormer §3.4.3, eqs. 35-37).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from rope_ref.config import RopeConfig
+from rope_ref.frequencies import resolve_seq_len
+
+from ._torch_core import angle_tables, as_positions, check_broadcast, check_x, expand_tables, freq_table
+
+__all__ = ["chatglm_position_ids", "chatglm_apply_2d", "decay_upper_bound", "CHATGLM_PRECISIONS"]
+
+CHATGLM_PRECISIONS = ("float64", "chatglm-6b-fp16")
+
+
+def _first_index(hit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: index of the first True (``seq`` if none) and whether there is one."""
+    seq = hit.shape[-1]
+    ar = torch.arange(seq, device=hit.device)
+    return torch.where(hit, ar, seq).amin(dim=-1), hit.any(dim=-1)
+
+
+def chatglm_position_ids(
+    input_ids: Any,
+    *,
+    bos_token_id: int,
+    mask_token_id: int,
+    gmask_token_id: int,
+    position_encoding_2d: bool,
+) -> torch.Tensor:
+    """ChatGLM-6B ``get_position_ids`` (final release), vectorised over rows: int64 tensor.
+
+    Context length = first bos (``<sop>``); mask position = first [gMASK] if the row has one, else first
+    [MASK]. 2D: ``(batch, 2, seq)`` with positions frozen at the mask position from the context length on,
+    and block ids ``0 .. 0, 1, 2, ...``; 1D: ``(batch, seq)``, frozen only for [MASK] rows.
+    """
+    if not isinstance(input_ids, torch.Tensor):
+        input_ids = torch.as_tensor(np.asarray(input_ids))
+    if input_ids.dtype.is_floating_point or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise TypeError(f"input_ids must be an integer tensor of token ids, got dtype {input_ids.dtype}")
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must have shape (batch, seq), got shape {tuple(input_ids.shape)}")
+    if not isinstance(position_encoding_2d, (bool, np.bool_)):
+        raise TypeError(f"position_encoding_2d must be a bool, got {type(position_encoding_2d).__name__}")
+    if len({int(bos_token_id), int(mask_token_id), int(gmask_token_id)}) != 3:
+        raise ValueError(
+            f"bos_token_id, mask_token_id and gmask_token_id must differ, got "
+            f"{bos_token_id}, {mask_token_id}, {gmask_token_id}"
+        )
+    ids = input_ids.to(torch.int64)
+    seq = ids.shape[1]
+    ctx, has_bos = _first_index(ids == bos_token_id)
+    gpos, has_g = _first_index(ids == gmask_token_id)
+    mpos, has_m = _first_index(ids == mask_token_id)
+    if not bool(has_bos.all()):
+        row = int(torch.nonzero(~has_bos)[0, 0])
+        raise ValueError(
+            f"input_ids row {row} has no bos (<sop>) token {bos_token_id}; ChatGLM-6B needs one per row"
+        )
+    if not bool((has_g | has_m).all()):
+        row = int(torch.nonzero(~(has_g | has_m))[0, 0])
+        raise ValueError(
+            f"input_ids row {row} has neither a [gMASK] token {gmask_token_id} nor a [MASK] token "
+            f"{mask_token_id}; ChatGLM-6B needs one per row"
+        )
+    mask_position = torch.where(has_g, gpos, mpos)
+    ar = torch.arange(seq, device=ids.device).expand(ids.shape[0], seq)
+    after = ar >= ctx[:, None]
+    freeze = after if position_encoding_2d else after & ~has_g[:, None]
+    pos = torch.where(freeze, mask_position[:, None], ar)
+    if not position_encoding_2d:
+        return pos
+    block = torch.where(after, ar - ctx[:, None] + 1, 0)
+    return torch.stack((pos, block), dim=1)
+
+
+def _fp16_tables(ids: torch.Tensor, dim: int, base: float, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The released fp16 table rows, computed the way the released ``RotaryEmbedding`` does in torch.
+
+    ``inv_freq`` float32 then ``.half()``; positions as float16; fp16 product; cos/sin in fp16.
+    """
+    if ids.dtype.is_floating_point:
+        if not bool((ids == torch.floor(ids)).all()):
+            raise ValueError(
+                f"{name} must be integers under precision='chatglm-6b-fp16' (they index a table)"
+            )
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) > 65504):
+        raise ValueError(
+            f"{name} must be in 0..65504 under precision='chatglm-6b-fp16', got "
+            f"{int(ids.min())}..{int(ids.max())}"
+        )
+    with torch.autocast(ids.device.type, enabled=False):
+        exponent = torch.arange(0, dim, 2, dtype=torch.float32, device=ids.device) / dim
+        inv = (1.0 / (torch.tensor(base, dtype=torch.float32, device=ids.device) ** exponent)).half()
+        freqs = ids.to(torch.float16).unsqueeze(-1) * inv
+        return torch.cos(freqs), torch.sin(freqs)
+
+
+def chatglm_apply_2d(
+    x: torch.Tensor,
+    position_ids: Any,
+    block_position_ids: Any,
+    *,
+    base: float,
+    precision: str,
+    angle_dtype: torch.dtype = torch.float32,
+    compute_dtype: Any = None,
+) -> torch.Tensor:
+    """ChatGLM-6B 2D rotary: first half of each head by ``position_ids``, second half by block ids.
+
+    ``precision="float64"``: each half is a half-layout RoPE over ``head_dim/2`` channels, computed with
+    this adapter's policy (angles in ``angle_dtype``). ``"chatglm-6b-fp16"``: the released model's fp16
+    arithmetic in torch (``q * cos + rotate_half(q) * sin``, every op rounded to float16); returns fp16.
+    """
+    if precision not in CHATGLM_PRECISIONS:
+        raise ValueError(f"precision must be one of {CHATGLM_PRECISIONS}, got {precision!r}")
+    x = check_x(x, None)
+    if x.shape[-1] % 4:
+        raise ValueError(f"x.shape[-1] (head_dim) must be a multiple of 4, got x.shape={tuple(x.shape)}")
+    half = x.shape[-1] // 2
+    lead = tuple(x.shape[:-1])
+    pos = as_positions(position_ids, x.device, "position_ids")
+    blk = as_positions(block_position_ids, x.device, "block_position_ids")
+    check_broadcast(pos, lead, "position_ids")
+    check_broadcast(blk, lead, "block_position_ids")
+    parts = []
+    if precision == "float64":
+        from ._torch_module import apply
+
+        cfg = RopeConfig(half, layout="half", base=base)
+        for sl, ids in ((slice(0, half), pos), (slice(half, None), blk)):
+            parts.append(apply(x[..., sl], ids, cfg, angle_dtype=angle_dtype, compute_dtype=compute_dtype))
+        return torch.cat(parts, dim=-1)
+    x16 = x.to(torch.float16)
+    q = half // 2
+    for sl, ids, name in (
+        (slice(0, half), pos, "position_ids"),
+        (slice(half, None), blk, "block_position_ids"),
+    ):
+        cos, sin = expand_tables(*_fp16_tables(ids, half, base, name), x.ndim)
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        part = x16[..., sl]
+        rotated = torch.cat((-part[..., q:], part[..., :q]), dim=-1)
+        parts.append(part * cos + rotated * sin)
+    return torch.cat(parts, dim=-1)
+
+
+def decay_upper_bound(
+    distances: Any, cfg: RopeConfig, *, seq_len: int | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """RoFormer's relative upper bound (1/(d/2)) sum_{j=1}^{d/2} |S_j(r)|, S_j = sum_{i<j} e^{i r theta_i}.
+
+    RoFormer §3.4.3 (text after eq. 37, Figure 2); ``d`` is the rotary width. Computed in ``dtype``
+    with cumulative sums over the pairs. Length-dependent scalings see ``max|r| + 1`` unless ``seq_len``.
+    """
+    device = distances.device if isinstance(distances, torch.Tensor) else torch.device("cpu")
+    r = as_positions(distances, device, "distances")
+    if seq_len is None and r.numel():
+        seq_len = resolve_seq_len(np.asarray([float(r.abs().max())]), cfg, None)
+    inv, _ = freq_table(cfg, seq_len, dtype, r.device)
+    cos, sin = angle_tables(r, inv, 1.0)
+    return torch.hypot(torch.cumsum(cos, dim=-1), torch.cumsum(sin, dim=-1)).mean(dim=-1)

@@ -1,0 +1,212 @@
+"""Functional ``apply`` and the ``RotaryEmbedding`` module (cos/sin cache) of the torch adapter."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from rope_ref.config import RopeConfig
+
+from ._torch_core import (
+        angle_tables,
+    as_positions,
+    check_angle_dtype,
+    check_broadcast,
+    check_config,
+    check_x,
+    expand_tables,
+    freq_constants,
+    freq_table,
+    resolve_compute_dtype,
+    rotate_tables,
+    seq_len_of,
+)
+
+__all__ = ["apply", "rotate", "apply_rotary_pos_emb", "RotaryEmbedding"]
+
+
+def apply(
+    x: torch.Tensor,
+    positions: Any,
+    cfg: RopeConfig,
+    *,
+    seq_len: int | None = None,
+    angle_dtype: torch.dtype = torch.float32,
+    compute_dtype: Any = None,
+    autograd: str = "function",
+) -> torch.Tensor:
+    """Rotate ``x`` (``(..., head_dim)``, any float dtype, any strides) by ``positions``.
+
+    ``positions`` (integer or real, broadcast against ``x.shape[:-1]`` after left-padding, e.g.
+    ``(S, 1)`` for ``(B, S, H, D)`` or ``(B, 1, S)`` per row for ``(B, H, S, D)``) gives each row its
+    angles ``position * inv_freq`` in ``angle_dtype``; the rotation runs in ``compute_dtype`` (see
+    :func:`~rope_ref.backends._torch_core.resolve_compute_dtype`) and returns a new tensor of
+    ``x.dtype``, contiguous. Semantics are :func:`rope_ref.apply` (HF ``apply_rotary_pos_emb`` with the
+    attention factor in cos/sin; channels ``rotary_dim:`` pass through). Length-dependent scalings see
+    ``seq_len`` or, if ``None``, ``max(positions) + 1`` (a host sync; pass ``seq_len`` to avoid it).
+    """
+    cfg = check_config(cfg)
+    x = check_x(x, cfg.head_dim)
+    angle_dtype = check_angle_dtype(angle_dtype)
+    compute = resolve_compute_dtype(compute_dtype, x.dtype)
+    pos = as_positions(positions, x.device)
+    check_broadcast(pos, tuple(x.shape[:-1]))
+    inv, factor = freq_table(cfg, seq_len_of(pos, cfg, seq_len), angle_dtype, x.device)
+    cos, sin = expand_tables(*angle_tables(pos, inv, factor), x.ndim)
+    return rotate_tables(x, cos, sin, cfg.layout, cfg.rotary_dim, compute, autograd)
+
+
+def rotate(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    *,
+    layout: str,
+    compute_dtype: Any = None,
+    autograd: str = "function",
+) -> torch.Tensor:
+    """Rotate ``x`` with precomputed *half-width* tables ``cos``/``sin`` (``(..., rotary_dim/2)``).
+
+    The tables broadcast against ``x.shape[:-1] + (rotary_dim/2,)`` after left-padding; ``rotary_dim =
+    2 * cos.shape[-1]`` and channels beyond it pass through.
+    """
+    x = check_x(x, None)
+    if layout not in ("half", "interleaved"):
+        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+    if cos.shape != sin.shape:
+        raise ValueError(
+            f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    rd = 2 * cos.shape[-1]
+    if rd == 0 or rd > x.shape[-1]:
+        raise ValueError(f"2 * cos.shape[-1] = {rd} must be in 2..x.shape[-1] = {x.shape[-1]}")
+    cos, sin = expand_tables(cos, sin, x.ndim)
+    compute = resolve_compute_dtype(compute_dtype, x.dtype)
+    return rotate_tables(x, cos, sin, layout, rd, compute, autograd)
+
+
+def apply_rotary_pos_emb(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    *,
+    layout: str = "half",
+    unsqueeze_dim: int = 1,
+    compute_dtype: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop-in for HF ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)``.
+
+    Differences from HF: ``cos``/``sin`` are the *half-width* float32 tables of
+    :meth:`RotaryEmbedding.tables` (``(B, S, rotary_dim/2)``), never rounded to the activation dtype,
+    and partial rotary is handled here (HF models slice by hand).
+    """
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return (
+        rotate(q, cos, sin, layout=layout, compute_dtype=compute_dtype),
+        rotate(k, cos, sin, layout=layout, compute_dtype=compute_dtype),
+    )
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """RoPE for a model: ``forward(x, positions)`` rotates ``x``; ``tables(positions)`` gives cos/sin.
+
+    cos/sin for integer positions ``0 .. L-1`` are cached per device and per frequency table, ``L``
+    growing (doubling) on demand up to ``max_cached_positions``; larger positions are computed
+    directly. The cache is plain attributes, not buffers: ``module.to(bfloat16)``, ``.half()`` and
+    ``state_dict`` never see it, so its precision is always ``angle_dtype``
+    (the gpt-neox #1003 / transformers #25681 bug cannot happen), and it is rebuilt lazily on a new
+    device. Length-dependent scalings key the cache by their current frequency table, so dynamic NTK
+    and LongRoPE are right whatever lengths came before. Negative or real positions bypass the cache.
+    """
+
+    def __init__(
+        self,
+        cfg: RopeConfig,
+        *,
+        angle_dtype: torch.dtype = torch.float32,
+        compute_dtype: Any = None,
+        autograd: str = "function",
+        max_cached_tables: int = 4,
+        max_cached_positions: int = 65536,
+    ) -> None:
+        super().__init__()
+        self.cfg = check_config(cfg)
+        self.angle_dtype = check_angle_dtype(angle_dtype)
+        if compute_dtype is not None:
+            resolve_compute_dtype(compute_dtype, torch.float32)
+        self.compute_dtype = compute_dtype
+        if autograd not in ("function", "native"):
+            raise ValueError(f"autograd must be 'function' or 'native', got {autograd!r}")
+        self.autograd = autograd
+        if (
+            isinstance(max_cached_tables, bool)
+            or not isinstance(max_cached_tables, int)
+            or max_cached_tables < 1
+        ):
+            raise ValueError(f"max_cached_tables must be an int >= 1, got {max_cached_tables!r}")
+        self.max_cached_tables = max_cached_tables
+        if isinstance(max_cached_positions, bool) or not isinstance(max_cached_positions, int):
+            raise TypeError(f"max_cached_positions must be an int, got {max_cached_positions!r}")
+        if max_cached_positions < 1:
+            raise ValueError(f"max_cached_positions must be >= 1, got {max_cached_positions}")
+        self.max_cached_positions = max_cached_positions
+        self._cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+
+    def extra_repr(self) -> str:
+        return f"{self.cfg!r}, angle_dtype={self.angle_dtype}"
+
+    def cached_lengths(self) -> dict[tuple, int]:
+        """``{key: L}`` of the tables held now (for tests and introspection)."""
+        return {key: cos.shape[0] for key, (cos, _) in self._cache.items()}
+
+    def _cached(self, pos: torch.Tensor, seq_len: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs, factor = freq_constants(self.cfg, seq_len)
+        key = (str(pos.device), freqs, factor)
+        lo, hi = (int(v) for v in torch.aminmax(pos))
+        if lo < 0 or hi >= self.max_cached_positions:
+            return self._direct(pos, seq_len)
+        entry = self._cache.get(key)
+        if entry is None or entry[0].shape[0] <= hi:
+            length = max(hi + 1, 2 * entry[0].shape[0] if entry is not None else 256)
+            length = min(length, self.max_cached_positions)
+            inv, fac = freq_table(self.cfg, seq_len, self.angle_dtype, pos.device)
+            grid = torch.arange(length, device=pos.device)
+            entry = angle_tables(grid, inv, fac)
+            self._cache[key] = entry
+            while len(self._cache) > self.max_cached_tables:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(key)
+        flat = pos.reshape(-1)
+        shape = tuple(pos.shape) + (entry[0].shape[-1],)
+        return entry[0].index_select(0, flat).reshape(shape), entry[1].index_select(0, flat).reshape(shape)
+
+    def _direct(self, pos: torch.Tensor, seq_len: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        inv, factor = freq_table(self.cfg, seq_len, self.angle_dtype, pos.device)
+        return angle_tables(pos, inv, factor)
+
+    def tables(
+        self, positions: Any, *, seq_len: int | None = None, device: Any = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Half-width ``(cos, sin)`` of shape ``positions.shape + (rotary_dim/2,)`` in ``angle_dtype``."""
+        dev = (
+            torch.device(device)
+            if device is not None
+            else (positions.device if isinstance(positions, torch.Tensor) else torch.device("cpu"))
+        )
+        pos = as_positions(positions, dev)
+        seq_len = seq_len_of(pos, self.cfg, seq_len)
+        if pos.dtype.is_floating_point or pos.numel() == 0 or torch.compiler.is_compiling():
+            return self._direct(pos, seq_len)
+        return self._cached(pos, seq_len)
+
+    def forward(self, x: torch.Tensor, positions: Any, *, seq_len: int | None = None) -> torch.Tensor:
+        """Rotate ``x`` (``(..., head_dim)``) by ``positions`` exactly as :func:`apply` does."""
+        x = check_x(x, self.cfg.head_dim)
+        pos = as_positions(positions, x.device)
+        check_broadcast(pos, tuple(x.shape[:-1]))
+        cos, sin = expand_tables(*self.tables(pos, seq_len=seq_len), x.ndim)
+        compute = resolve_compute_dtype(self.compute_dtype, x.dtype)
+        return rotate_tables(x, cos, sin, self.cfg.layout, self.cfg.rotary_dim, compute, self.autograd)

@@ -1,0 +1,68 @@
+"""The PyTorch adapter (``rope_ref.backends.torch``; conformance names ``torch`` and ``torch:cuda``).
+
+Public API: :func:`apply` (functional), :class:`RotaryEmbedding` (``nn.Module`` with a cos/sin cache),
+:func:`rotate` / :func:`apply_rotary_pos_emb` (with precomputed half-width tables, HF drop-in),
+:class:`RotateFunction` (autograd with the inverse rotation as backward), and the conformance backend
+:class:`TorchBackend` with :func:`make_backend` / :func:`available`. See ``docs/backends/torch.md``.
+
+Precision policy (declared to the suite): angles ``position * inv_freq`` and cos/sin in float32
+(float64 under the ``fp64`` policy or ``angle_dtype=torch.float64``); rotation arithmetic in the input
+dtype for float32/float64 and in float32 for float16/bfloat16 inputs, rounded once at the output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import torch as _torch
+except ImportError as _exc:  # pragma: no cover - torch is installed in CI
+    _torch = None
+    _IMPORT_ERROR: ImportError | None = _exc
+else:
+    _IMPORT_ERROR = None
+
+__all__ = [
+    "apply",
+    "rotate",
+    "apply_rotary_pos_emb",
+    "RotaryEmbedding",
+    "RotateFunction",
+    "rotate_reference",
+    "chatglm_position_ids",
+    "chatglm_apply_2d",
+    "decay_upper_bound",
+    "TorchBackend",
+    "POLICIES",
+    "make_backend",
+    "available",
+]
+
+if _torch is not None:
+    from ._torch_backend import POLICIES, TorchBackend
+    from ._torch_core import RotateFunction, rotate_reference
+    from ._torch_extras import chatglm_apply_2d, chatglm_position_ids, decay_upper_bound
+    from ._torch_module import RotaryEmbedding, apply, apply_rotary_pos_emb, rotate
+
+
+def available(device: str = "cpu", **_: Any) -> tuple[bool, str]:
+    """``(True, "")`` if torch can run on ``device`` here, else ``(False, reason)``; never raises."""
+    if _torch is None:
+        return False, f"torch is not installed ({_IMPORT_ERROR}); pip install 'rope-ref[torch]'"
+    try:
+        dev = _torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        return False, f"invalid torch device {device!r}: {exc}"
+    if dev.type == "cuda" and not _torch.cuda.is_available():
+        return False, f"torch {_torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)"
+    return True, ""
+
+
+def make_backend(precision: str | None = None, device: str = "cpu", **options: Any) -> TorchBackend:
+    """The conformance backend; ``precision`` is ``fp32`` (default), ``fp16``, ``bf16`` or ``fp64``."""
+    ok, reason = available(device)
+    if not ok:
+        from rope_ref.conformance.registry import BackendUnavailable
+
+        raise BackendUnavailable(reason)
+    return TorchBackend(precision=precision, device=device, **options)

@@ -1,0 +1,218 @@
+"""Benchmark the torch adapter against HF-style eager RoPE and the memory floor, side by side.
+
+CPU (always): x of shape (1, 2048, 32, 128) float32 ((B, S, H, D)), both layouts, forward and
+forward+backward. Candidates, timed round-robin in one process so that ratios share the machine's
+state: ``x.clone()`` (memory floor: one read + one write), HF-style eager (a faithful copy of
+``modeling_llama.py``: full-width ``cos = cat(freqs, freqs)``, ``q * cos + rotate_half(q) * sin``;
+GPT-J's ``rotate_every_two`` with ``repeat_interleave`` tables for the interleaved layout), and this
+adapter (``RotaryEmbedding`` with a warm cache, and functional ``apply`` which rebuilds cos/sin).
+
+GPU (when CUDA is available): bf16 q and k of shape (4, 4096, 32, 128) each; HF eager,
+``torch.compile`` of HF eager, this adapter, and device-to-device copy bandwidth.
+
+Usage: ``python benchmarks/bench_torch.py [--rounds N] [--json FILE] [--cpu-only]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from rope_ref.backends import torch as rt
+
+import rope_ref
+
+# -- HF-style eager reference (a faithful transcription of the formulas, written for this benchmark) --
+
+
+def hf_tables(
+    positions: torch.Tensor, dim: int, base: float, layout: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """HF ``LlamaRotaryEmbedding.forward`` (float32, full width); GPT-J repeat_interleave for interleaved."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) / dim))
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    if layout == "half":
+        emb = torch.cat((freqs, freqs), dim=-1)
+    else:
+        emb = torch.repeat_interleave(freqs, 2, dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+
+def hf_apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """``x * cos + rotate(x) * sin`` with cos/sin cast to x's dtype, as HF does."""
+    cos, sin = cos.to(x.dtype)[:, None, :], sin.to(x.dtype)[:, None, :]  # (S, 1, D) over (B, S, H, D)
+    rot = rotate_half(x) if layout == "half" else rotate_every_two(x)
+    return x * cos + rot * sin
+
+
+# -- timing -----------------------------------------------------------------------------------------
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def side_by_side(cands: dict[str, Callable[[], object]], rounds: int, device: str) -> dict[str, float]:
+    """Median seconds of each candidate, run round-robin (one call of each per round) after a warm-up."""
+    for fn in cands.values():
+        fn()
+        fn()
+    _sync(device)
+    times: dict[str, list[float]] = {name: [] for name in cands}
+    for _ in range(rounds):
+        for name, fn in cands.items():
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def fwd_bwd(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, g: torch.Tensor
+) -> Callable[[], object]:
+    def run() -> object:
+        xx = x.detach().requires_grad_(True)
+        return torch.autograd.grad(fn(xx), xx, g)
+
+    return run
+
+
+def cpu_bench(rounds: int) -> list[dict]:
+    shape = (1, 2048, 32, 128)
+    b, s, h, d = shape
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    g = torch.randn(shape)
+    positions = torch.arange(s)
+    rows = []
+    for layout in ("half", "interleaved"):
+        cfg = rope_ref.RopeConfig(d, layout=layout)
+        module = rt.RotaryEmbedding(cfg)
+        pos = positions[:, None]  # (S, 1) against (B, S, H)
+        cos, sin = hf_tables(positions, d, 10000.0, layout)
+        fwd = {
+            "clone": lambda: x.clone(),
+            "hf_eager": lambda cos=cos, sin=sin, layout=layout: hf_apply(x, cos, sin, layout),
+            "rope_ref_module": lambda module=module, pos=pos: module(x, pos),
+            "rope_ref_apply": lambda cfg=cfg, pos=pos: rt.apply(x, pos, cfg),
+        }
+        both = {
+            "clone": fwd_bwd(lambda t: t.clone(), x, g),
+            "clone_x2": lambda: (x.clone(), g.clone()),
+            "hf_eager": fwd_bwd(
+                lambda t, cos=cos, sin=sin, layout=layout: hf_apply(t, cos, sin, layout), x, g
+            ),
+            "rope_ref_module": fwd_bwd(lambda t, module=module, pos=pos: module(t, pos), x, g),
+            "rope_ref_apply": fwd_bwd(lambda t, cfg=cfg, pos=pos: rt.apply(t, pos, cfg), x, g),
+        }
+        for mode, cands in (("forward", fwd), ("forward+backward", both)):
+            t = side_by_side(cands, rounds, "cpu")
+            floor = t["clone_x2"] if mode == "forward+backward" else t["clone"]
+            for name, sec in t.items():
+                rows.append(
+                    {
+                        "device": "cpu",
+                        "layout": layout,
+                        "mode": mode,
+                        "impl": name,
+                        "ms": sec * 1e3,
+                        "x_floor": sec / floor,
+                        "hf_over_this": t["hf_eager"] / sec,
+                    }
+                )
+    return rows
+
+
+def gpu_bench(rounds: int) -> list[dict]:
+    shape = (4, 4096, 32, 128)
+    b, s, h, d = shape
+    dev = "cuda"
+    torch.manual_seed(0)
+    q = torch.randn(shape, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(shape, device=dev, dtype=torch.bfloat16)
+    positions = torch.arange(s, device=dev)
+    rows = []
+    for layout in ("half", "interleaved"):
+        cfg = rope_ref.RopeConfig(d, layout=layout)
+        module = rt.RotaryEmbedding(cfg)
+        pos = positions[:, None]
+        cos, sin = hf_tables(positions, d, 10000.0, layout)
+        hf_compiled = torch.compile(lambda t, cos=cos, sin=sin, layout=layout: hf_apply(t, cos, sin, layout))
+        cands = {
+            "copy_q_k": lambda: (q.clone(), k.clone()),
+            "hf_eager": lambda cos=cos, sin=sin, layout=layout: (
+                hf_apply(q, cos, sin, layout),
+                hf_apply(k, cos, sin, layout),
+            ),
+            "hf_compiled": lambda f=hf_compiled: (f(q), f(k)),
+            "rope_ref_module": lambda module=module, pos=pos: (module(q, pos), module(k, pos)),
+        }
+        t = side_by_side(cands, rounds, dev)
+        moved = 2 * 2 * q.numel() * q.element_size()  # read + write of q and k
+        for name, sec in t.items():
+            rows.append(
+                {
+                    "device": torch.cuda.get_device_name(),
+                    "layout": layout,
+                    "mode": "forward",
+                    "impl": name,
+                    "ms": sec * 1e3,
+                    "GB/s": moved / sec / 1e9,
+                    "of_copy_bw": t["copy_q_k"] / sec,
+                }
+            )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--cpu-only", action="store_true")
+    args = parser.parse_args()
+    info = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(),
+    }
+    rows = cpu_bench(args.rounds)
+    if not args.cpu_only and torch.cuda.is_available():
+        rows += gpu_bench(args.rounds)
+    elif not args.cpu_only:
+        print("no CUDA device: GPU benchmark skipped")
+    print(json.dumps(info))
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    print("| " + " | ".join(keys) + " |")
+    print("|" + "---|" * len(keys))
+    for r in rows:
+        print(
+            "| "
+            + " | ".join(
+                f"{r.get(k, ''):.3g}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in keys
+            )
+            + " |"
+        )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"info": info, "rows": rows}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
