@@ -181,7 +181,7 @@ def test_bound_rejects_bad_input():
 
 
 def test_oracle_backend_method():
-    from conformance.oracle_backend import OracleBackend
+    from rope_ref.conformance.oracle_backend import OracleBackend
 
     np.testing.assert_array_equal(OracleBackend().decay_upper_bound([0, 64], CFG)[0], 32.5)
 
