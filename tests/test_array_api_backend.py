@@ -219,7 +219,7 @@ SUITE_RUNS = [
 @pytest.fixture(scope="module")
 def suite_cases():
     """The shipped golden set (``rope-ref conformance run`` without ``--golden``)."""
-    golden = pytest.importorskip("rope_ref.conformance.golden")
+    from rope_ref.conformance import golden
     return golden.load_golden()
 
 

@@ -136,18 +136,12 @@ def test_npz_format_and_ops(tmp_path):
     assert main(["golden", "verify", str(root)]) == 0
 
 
-def test_preset_if_available(tmp_path):
-    import rope_ref
-
-    if not hasattr(rope_ref, "preset"):
-        pytest.skip("rope_ref.preset not available in this checkout yet")
-    names = getattr(rope_ref, "PRESETS", None) or getattr(rope_ref, "preset_names", lambda: [])()
-    if not names:
-        pytest.skip("no preset names exposed")
-    name = sorted(names)[0]
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen2.5-7b-yarn", "gpt-j-6b", "chatglm-6b"])
+def test_preset_generates_and_verifies(tmp_path, name):
     root = tmp_path / "p"
     assert main(["golden", "generate", "--preset", name, "--out", str(root)]) == 0
     assert main(["golden", "verify", str(root)]) == 0
+    assert (root / "manifest.json").is_file()
 
 
 @pytest.mark.parametrize(

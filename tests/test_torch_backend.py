@@ -19,7 +19,8 @@ import rope_ref
 from rope_ref.scaling import DynamicNTK, Linear, Llama3, LongRoPE, NTKAware, YaRN
 
 torch = pytest.importorskip("torch")
-rt = pytest.importorskip("rope_ref.backends.torch")
+import rope_ref.backends.torch as rt  # noqa: E402  (after the torch availability check)
+
 NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
