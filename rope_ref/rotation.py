@@ -40,14 +40,19 @@ def pair_indices(cfg: RopeConfig) -> tuple[np.ndarray, np.ndarray]:
     return a, a + 1
 
 
-def _prepare(x: Any, positions: Any, cfg: RopeConfig, seq_len: int | None):
+def _validated(x: Any, positions: Any, cfg: RopeConfig, seq_len: int | None):
+    """Checked inputs of a rotation: ``(cfg, x as float64, positions as float64, resolved seq_len)``."""
     cfg = _check_config(cfg)
     x = as_float64(x, "x")
     if x.ndim == 0 or x.shape[-1] != cfg.head_dim:
         raise ValueError(f"x.shape[-1] must equal head_dim={cfg.head_dim}, got x.shape={x.shape}")
     pos = as_positions(positions)
     check_broadcast(pos, x.shape[:-1])
-    seq_len = resolve_seq_len(pos, cfg, seq_len)
+    return cfg, x, pos, resolve_seq_len(pos, cfg, seq_len)
+
+
+def _prepare(x: Any, positions: Any, cfg: RopeConfig, seq_len: int | None):
+    cfg, x, pos, seq_len = _validated(x, positions, cfg, seq_len)
     cos, sin = cos_sin(pos, cfg, seq_len=seq_len)
     # Left-pad the table to x.ndim so it broadcasts over the leading axes of x.
     lead = (1,) * (x.ndim - 1 - pos.ndim)
@@ -135,13 +140,7 @@ def apply_complex(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | Non
     factor; this is Meta LLaMA's ``precompute_freqs_cis`` / ``apply_rotary_emb`` view
     (meta-llama/llama ``llama/model.py``) generalised to both layouts. RoFormer eq. 12.
     """
-    cfg = _check_config(cfg)
-    x = as_float64(x, "x")
-    if x.ndim == 0 or x.shape[-1] != cfg.head_dim:
-        raise ValueError(f"x.shape[-1] must equal head_dim={cfg.head_dim}, got x.shape={x.shape}")
-    pos = as_positions(positions)
-    check_broadcast(pos, x.shape[:-1])
-    seq_len = resolve_seq_len(pos, cfg, seq_len)
+    cfg, x, pos, seq_len = _validated(x, positions, cfg, seq_len)
     theta = angles(pos, cfg, seq_len=seq_len)
     theta = theta.reshape((1,) * (x.ndim - 1 - pos.ndim) + theta.shape)
     rot = attention_factor(cfg, seq_len) * np.exp(1j * theta)
