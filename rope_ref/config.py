@@ -9,11 +9,14 @@ from typing import Any
 from ._arrays import check_int, check_real
 from .scaling_base import Scaling
 
-__all__ = ["RopeConfig", "LAYOUTS"]
+__all__ = ["RopeConfig", "LAYOUTS", "MAX_HEAD_DIM"]
 
 #: ``"half"``: channel i pairs with i + rotary_dim/2 (GPT-NeoX, HF ``rotate_half``, ChatGLM-6B).
 #: ``"interleaved"``: channels 2i and 2i+1 pair (RoFormer eq. 34, GPT-J, Meta LLaMA's complex form).
 LAYOUTS = ("half", "interleaved")
+
+#: Largest accepted head dimension. Real models use 64..512; far larger values are caller bugs.
+MAX_HEAD_DIM = 65536
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,11 @@ class RopeConfig:
         head_dim = check_int(head_dim, "head_dim")
         if head_dim <= 0 or head_dim % 2:
             raise ValueError(f"head_dim must be a positive even integer, got {head_dim}")
+        if head_dim > MAX_HEAD_DIM:
+            raise ValueError(
+                f"head_dim must be <= {MAX_HEAD_DIM} (no model comes close; is this a hidden size or a "
+                f"byte count?), got {head_dim}"
+            )
         if not isinstance(layout, str):
             raise TypeError(
                 f"layout must be a str, one of {LAYOUTS}, got {type(layout).__name__} {layout!r:.60}"

@@ -8,7 +8,10 @@ import numpy as np
 
 from ._arrays import as_positions, check_int, check_real
 
-__all__ = ["sinusoidal_embedding"]
+__all__ = ["sinusoidal_embedding", "MAX_D_MODEL"]
+
+#: Largest accepted model width; larger values are caller bugs, not models.
+MAX_D_MODEL = 1 << 20
 
 
 def sinusoidal_embedding(positions: Any, d_model: int, base: float = 10000.0) -> np.ndarray:
@@ -18,8 +21,8 @@ def sinusoidal_embedding(positions: Any, d_model: int, base: float = 10000.0) ->
     adds; RoFormer §3.1 contrasts the two. Returns float64 of shape ``positions.shape + (d_model,)``.
     """
     d_model = check_int(d_model, "d_model")
-    if d_model <= 0 or d_model % 2:
-        raise ValueError(f"d_model must be a positive even integer, got {d_model}")
+    if d_model <= 0 or d_model % 2 or d_model > MAX_D_MODEL:
+        raise ValueError(f"d_model must be a positive even integer <= {MAX_D_MODEL}, got {d_model}")
     base = check_real(base, "base")
     if not base > 1.0:
         raise ValueError(f"base must be a finite number > 1, got {base}")

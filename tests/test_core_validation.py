@@ -19,6 +19,7 @@ from rope_ref import RopeConfig
         ({"head_dim": -4}, ValueError, "head_dim.*-4"),
         ({"head_dim": 8.0}, TypeError, "head_dim.*float"),
         ({"head_dim": True}, TypeError, "head_dim.*bool"),
+        ({"head_dim": 2**40}, ValueError, "head_dim.*65536.*1099511627776"),
         ({"rotary_dim": 3}, ValueError, "rotary_dim.*3"),
         ({"rotary_dim": 0}, ValueError, "rotary_dim.*0"),
         ({"rotary_dim": -2}, ValueError, "rotary_dim.*-2"),
