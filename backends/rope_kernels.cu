@@ -40,14 +40,35 @@ struct IoF32 {
 struct IoF16 {
     typedef unsigned short storage;
     static __device__ __forceinline__ float load(unsigned short v) {
+#ifdef __CUDA_ARCH__
         float f;
         asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
         return f;
+#else  // host emulation (tests/cuda_host): exact binary16 -> binary32
+        const unsigned int sign = ((unsigned int)v & 0x8000u) << 16, e = ((unsigned int)v >> 10) & 0x1fu;
+        const unsigned int m = (unsigned int)v & 0x3ffu;
+        if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));  // inf, NaN
+        if (e != 0) return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+        const float mag = (float)m * 5.9604644775390625e-8f;  // subnormal or zero: m * 2^-24, exact
+        return sign ? -mag : mag;
+#endif
     }
     static __device__ __forceinline__ unsigned short store(float f) {
+#ifdef __CUDA_ARCH__
         unsigned short v;
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v) : "f"(f));
         return v;
+#else  // host emulation (tests/cuda_host): binary32 -> binary16, round to nearest even
+        const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
+        if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // quiet NaN
+        if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // |f| >= 65520: inf
+        if (a >= 0x38800000u) {  // normal binary16: rebias the exponent, round the 13 dropped bits
+            const unsigned int r = a - 0x38000000u;
+            return (unsigned short)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+        }
+        // subnormal or zero: adding 0.5f rounds |f| to a multiple of 2^-24 (nearest even) in hardware
+        return (unsigned short)(sign | (__float_as_uint(__uint_as_float(a) + 0.5f) - 0x3f000000u));
+#endif
     }
 };
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import as_float64, to_numpy
+from ._arrays import as_float64, as_positions, to_numpy
 from .config import RopeConfig
+from .frequencies import _check_config, resolve_seq_len
 from .rotation import apply
 
 __all__ = ["attention"]
@@ -21,6 +22,8 @@ def attention(
     k_positions: Any,
     cfg: RopeConfig,
     mask: Any = None,
+    *,
+    seq_len: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """softmax(R q . R k / sqrt(head_dim)) v, in float64. Returns ``(output, probabilities)``.
 
@@ -29,9 +32,18 @@ def attention(
     ``(..., Sq, Sk)``: boolean with True meaning "may attend", or a float array added to the scores.
     A query row whose keys are all masked raises ``ValueError`` instead of producing NaN.
     RoFormer eq. 16-17 (the rotation enters only q and k; v is not rotated).
+
+    q and k are rotated with the *same* frequencies: for length-dependent scalings (dynamic NTK,
+    LongRoPE) ``seq_len`` defaults to max(all q and k positions) + 1, as HF computes one cos/sin table
+    per forward pass.
     """
-    qr = apply(q, q_positions, cfg)
-    kr = apply(k, k_positions, cfg)
+    q_pos = as_positions(q_positions, "q_positions")
+    k_pos = as_positions(k_positions, "k_positions")
+    if seq_len is None:
+        both = np.concatenate([q_pos.ravel(), k_pos.ravel()])
+        seq_len = resolve_seq_len(both, _check_config(cfg), None)
+    qr = apply(q, q_pos, cfg, seq_len=seq_len)
+    kr = apply(k, k_pos, cfg, seq_len=seq_len)
     v = as_float64(v, "v")
     if qr.ndim < 2 or kr.ndim < 2 or v.ndim < 2:
         raise ValueError("q, k and v must have at least 2 dimensions (..., seq, features)")

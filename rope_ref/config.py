@@ -76,6 +76,11 @@ class RopeConfig:
                 "scaling must be None or a rope_ref scaling (Linear, NTKAware, ...), "
                 f"got {type(scaling).__name__}"
             )
+        if scaling is not None:
+            try:
+                scaling.validate(base, rotary_dim)
+            except ValueError as exc:
+                raise ValueError(f"scaling does not fit this config: {exc}") from None
         object.__setattr__(self, "head_dim", head_dim)
         object.__setattr__(self, "layout", layout)
         object.__setattr__(self, "rotary_dim", rotary_dim)

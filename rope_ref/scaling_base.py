@@ -23,6 +23,23 @@ class Scaling:
         """The factor HF multiplies cos and sin by ("attention_scaling")."""
         return 1.0
 
+    def validate(self, base: float, rotary_dim: int) -> None:
+        """Raise ``ValueError`` if this scaling cannot serve a RoPE of this base and rotary width.
+
+        Evaluates the frequency table at the original length and, for length-dependent types, at a
+        very long one, so every check :meth:`inv_freq` makes (factor-list lengths, NTK's d > 2) runs
+        when the :class:`~rope_ref.RopeConfig` is built instead of at the first ``apply``.
+        """
+        for seq_len in (None, 1 << 40) if self.length_dependent else (None,):
+            freqs = np.asarray(self.inv_freq(base, rotary_dim, seq_len))
+            if freqs.shape != (rotary_dim // 2,) or not np.all(np.isfinite(freqs) & (freqs > 0)):
+                raise ValueError(
+                    f"{self!r} gives no valid frequency table for rotary_dim={rotary_dim}, base={base}"
+                )
+        factor = self.attention_factor(rotary_dim, None)
+        if not (np.isfinite(factor) and factor > 0):
+            raise ValueError(f"{self!r} gives attention factor {factor}; it must be finite and > 0")
+
     def to_hf(self) -> dict:
         """The HF ``rope_scaling`` / ``rope_parameters`` dict describing this scaling."""
         raise NotImplementedError

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import configs, finite, positions_st, vectors
+from strategies import configs, finite, positions_st, scaled_configs, vectors
 
 import rope_ref
 from rope_ref import RopeConfig
@@ -38,6 +38,28 @@ def test_elementwise_matrix_complex_and_explicit_forms_agree(cfg, data):
     np.testing.assert_allclose(y, x @ rope_ref.rotation_matrix(m, cfg).T, rtol=0, atol=1e-13 * scale)
     np.testing.assert_allclose(y, rope_ref.apply_complex(x, m, cfg), rtol=0, atol=1e-13 * scale)
     np.testing.assert_allclose(y, explicit_rotation(x, m, cfg), rtol=0, atol=1e-12 * scale)
+
+
+@given(cfg=scaled_configs(), data=st.data())
+def test_forms_agree_under_every_scaling_type(cfg, data):
+    # R is built pair by pair from the table functions, independently of the rotation code.
+    x = data.draw(vectors(cfg.head_dim, (2,)))
+    m = data.draw(st.floats(-300, 300, allow_nan=False))
+    seq_len = data.draw(st.sampled_from([None, 1, 64, 65, 500]))
+    resolved = seq_len if seq_len is not None else max(int(np.floor(m)) + 1, 1)
+    freqs = rope_ref.inv_freq(cfg, resolved)
+    factor = rope_ref.attention_factor(cfg, resolved)
+    expected = np.array(x)
+    a_idx, b_idx = rope_ref.pair_indices(cfg)
+    for i, (a, b) in enumerate(zip(a_idx, b_idx, strict=True)):
+        c, s = factor * np.cos(m * freqs[i]), factor * np.sin(m * freqs[i])
+        expected[..., a] = x[..., a] * c - x[..., b] * s
+        expected[..., b] = x[..., b] * c + x[..., a] * s
+    tol = 1e-12 * (1 + np.abs(x).max() * (1 + abs(m)))
+    np.testing.assert_allclose(rope_ref.apply(x, m, cfg, seq_len=seq_len), expected, rtol=0, atol=tol)
+    np.testing.assert_allclose(rope_ref.apply_complex(x, m, cfg, seq_len=seq_len), expected, rtol=0, atol=tol)
+    r = rope_ref.rotation_matrix(m, cfg, seq_len=seq_len)
+    np.testing.assert_allclose(x @ r.T, expected, rtol=0, atol=tol)
 
 
 @given(cfg=configs(), data=st.data())
@@ -205,7 +227,8 @@ def test_sinusoidal_embedding_matches_its_definition(m, x):
 def test_attention_matches_an_explicit_loop_and_is_shift_invariant():
     cfg = RopeConfig(8, layout="half", rotary_dim=6)
     rng = np.random.default_rng(4)
-    q, k, v = rng.standard_normal((3, 8)), rng.standard_normal((5, 8)), rng.standard_normal((5, 2))
+    # v has the full head width, so rotating v by mistake would change the output.
+    q, k, v = rng.standard_normal((3, 8)), rng.standard_normal((5, 8)), rng.standard_normal((5, 8))
     qp, kp = np.array([4, 5, 6]), np.arange(5)
     mask = kp[None, :] <= qp[:, None] - 2
     out, probs = rope_ref.attention(q, k, v, qp, kp, cfg, mask=mask)
@@ -225,3 +248,20 @@ def test_attention_matches_an_explicit_loop_and_is_shift_invariant():
     np.testing.assert_allclose(shifted, out, atol=1e-10)
     with pytest.raises(ValueError, match="mask"):
         rope_ref.attention(q, k, v, qp, kp, cfg, mask=np.zeros((3, 5), bool))
+
+
+def test_attention_rotates_q_and_k_with_one_table_under_length_dependent_scaling():
+    # HF builds one cos/sin table per forward pass from the largest position id: q at positions 0..3
+    # and k at 0..31 must both use seq_len = 32, not 4 and 32.
+    cfg = RopeConfig(8, layout="half", scaling=rope_ref.DynamicNTK(4.0, 16))
+    rng = np.random.default_rng(5)
+    q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((32, 8)), rng.standard_normal((32, 8))
+    qp, kp = np.arange(4), np.arange(32)
+    _, probs = rope_ref.attention(q, k, v, qp, kp, cfg)
+    qr = rope_ref.apply(q, qp, cfg, seq_len=32)
+    kr = rope_ref.apply(k, kp, cfg, seq_len=32)
+    scores = qr @ kr.T / np.sqrt(8)
+    w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(probs, w / w.sum(axis=-1, keepdims=True), atol=1e-12)
+    _, probs_short = rope_ref.attention(q, k, v, qp, kp, cfg, seq_len=4)
+    assert np.abs(probs_short - probs).max() > 1e-4  # the length really matters here
