@@ -49,7 +49,15 @@ def as_float64(obj: Any, name: str) -> np.ndarray:
     arr = to_numpy(obj, name)
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must be a real floating-point array, got dtype {arr.dtype}")
+    _refuse_wider_than_float64(arr, name)
     return arr.astype(np.float64, copy=False)
+
+
+def _refuse_wider_than_float64(arr: np.ndarray, name: str) -> None:
+    if arr.dtype.itemsize > 8:
+        raise TypeError(
+            f"{name} has dtype {arr.dtype}, which float64 cannot hold exactly; convert it explicitly"
+        )
 
 
 def as_positions(obj: Any, name: str = "positions") -> np.ndarray:
@@ -64,6 +72,7 @@ def as_positions(obj: Any, name: str = "positions") -> np.ndarray:
         return arr.astype(np.float64)
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must be an integer or real floating-point array, got dtype {arr.dtype}")
+    _refuse_wider_than_float64(arr, name)
     arr = arr.astype(np.float64, copy=False)
     if arr.size and not np.all(np.isfinite(arr)):
         bad = arr[~np.isfinite(arr)].flat[0]

@@ -63,7 +63,7 @@ def _prepare(x: Any, positions: Any, cfg: RopeConfig, seq_len: int | None):
     return cfg, x, cos, sin, zero if identity_at_zero else None
 
 
-def _rotate_half_block(out, x, cos_full, sin_signed, rd: int) -> None:
+def _rotate_half_block(out, x, cos_full, sin_signed, rd: int, scratch: np.ndarray) -> None:
     """Half layout on one block in three ufunc calls, with exactly the formula's roundings.
 
     ``cos_full = [c, c]`` and ``sin_signed = [s, -s]``: after ``out = x * cos_full`` and
@@ -73,18 +73,33 @@ def _rotate_half_block(out, x, cos_full, sin_signed, rd: int) -> None:
     """
     h = rd // 2
     np.multiply(x[..., :rd], cos_full, out=out[..., :rd])
-    tmp = np.multiply(x[..., :rd], sin_signed)
+    tmp = np.multiply(x[..., :rd], sin_signed, out=scratch)
     # Splitting the (unit-stride) last axis into (2, h) is always a view, never a copy.
     out4 = out[..., :rd].reshape(out.shape[:-1] + (2, h))
     np.add(out4, tmp.reshape(out4.shape)[..., ::-1, :], out=out4)
 
 
-def _rotate_interleaved_block(out, x, rot, rd: int) -> None:
-    """Interleaved layout on one block: pairs viewed as complex numbers, one multiply.
+def _rotate_interleaved_block(out, x, cos_pairs, i_sin, rd: int, scratch: np.ndarray) -> None:
+    """Interleaved layout on one block in three ufunc calls, with exactly the formula's roundings.
 
-    NumPy's complex product is (x1 c - x2 s) + i (x1 s + x2 c): the same formula as the half layout.
+    ``cos_pairs = [c0, c0, c1, c1, ...]`` and ``i_sin = 1j * s``. With each pair viewed as the complex
+    number ``z = x_a + 1j x_b``, ``z * (1j s)`` is ``(x_a*0 - x_b*s) + 1j (x_a*s + x_b*0)``: for finite
+    x that is exactly ``(-(x_b s), x_a s)`` whether or not NumPy fuses a multiply and an add, because
+    the other product is an exact zero. Adding it to ``x * cos_pairs`` gives ``x_a c - x_b s`` and
+    ``x_b c + x_a s`` rounded exactly as written. A block holding inf or NaN (where ``0 * inf`` would
+    inject NaN) is computed with the plain elementwise formula instead; the result is the same
+    formula either way.
     """
-    np.multiply(x[..., :rd].view(np.complex128), rot, out=out[..., :rd].view(np.complex128))
+    xr, orr = x[..., :rd], out[..., :rd]
+    if not np.isfinite(np.add.reduce(xr, axis=None)):
+        x1, x2, o1, o2 = xr[..., 0::2], xr[..., 1::2], orr[..., 0::2], orr[..., 1::2]
+        c, s = cos_pairs[..., 0::2], i_sin.imag
+        np.subtract(x1 * c, x2 * s, out=o1)
+        np.add(x2 * c, x1 * s, out=o2)
+        return
+    np.multiply(xr, cos_pairs, out=orr)
+    np.multiply(xr.view(np.complex128), i_sin, out=scratch.view(np.complex128))
+    np.add(orr, scratch, out=orr)
 
 
 def apply(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None) -> np.ndarray:
@@ -106,9 +121,9 @@ def apply(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None
     else:
         if x.strides[-1] != x.itemsize:
             x = np.ascontiguousarray(x)
-        rot = np.empty(cos.shape, dtype=np.complex128)
-        rot.real, rot.imag = cos, sin
-        tables = (rot,)
+        i_sin = np.zeros(sin.shape, dtype=np.complex128)
+        i_sin.imag = sin
+        tables = (np.repeat(cos, 2, axis=-1), i_sin)
     if x.ndim == 1:  # give a single vector a leading axis to block over
         x, out_view, tables = x[None], out[None], tuple(t[None] for t in tables)
         zero = None if zero is None else zero[None]
@@ -118,13 +133,15 @@ def apply(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None
     axis = int(np.argmax(x.shape[:-1]))
     row_elements = x.size // x.shape[axis]
     step = max(1, _BLOCK_ELEMENTS // max(row_elements, 1))
+    first = x[(slice(None),) * axis + (slice(0, step),)]
+    scratch_full = np.empty(first.shape[:-1] + (rd,), dtype=np.float64)
     for start in range(0, x.shape[axis], step):
         sl = (slice(None),) * axis + (slice(start, start + step),)
         parts = [t if t.shape[axis] == 1 else t[sl] for t in tables]
-        if cfg.layout == "half":
-            _rotate_half_block(out_view[sl], x[sl], parts[0], parts[1], rd)
-        else:
-            _rotate_interleaved_block(out_view[sl], x[sl], parts[0], rd)
+        xb = x[sl]
+        scratch = scratch_full[(slice(None),) * axis + (slice(0, xb.shape[axis]),)]
+        rotate = _rotate_half_block if cfg.layout == "half" else _rotate_interleaved_block
+        rotate(out_view[sl], xb, parts[0], parts[1], rd, scratch)
         if zero is not None:
             z = zero if zero.shape[axis] == 1 else zero[sl]
             if z.any():

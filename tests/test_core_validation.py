@@ -67,6 +67,8 @@ CFG = RopeConfig(8, layout="interleaved")
         (np.zeros((2, 8)), ["a", "b"], TypeError, "positions"),
         (np.zeros((2, 8)), [True, False], TypeError, "positions.*bool"),
         (np.zeros((2, 8)), np.array([2**60]), ValueError, "positions.*2\\*\\*53"),
+        (np.zeros((2, 8), dtype=np.longdouble), [0, 1], TypeError, "x.*float64 cannot hold"),
+        (np.zeros((2, 8)), np.zeros(2, dtype=np.longdouble), TypeError, "positions.*float64 cannot hold"),
     ],
 )
 def test_apply_rejects_bad_input_naming_it(x, positions, exc, pattern):
