@@ -150,7 +150,8 @@ def score_curve(
 
     By RoFormer eq. 35 the score is A**2 Re[sum_i h_i e^{i r theta_i}] plus the plain dot product of the
     pass-through channels, A being the scaling's attention factor (HF multiplies cos and sin by A). It
-    depends on m and n only through r.
+    depends on m and n only through r. Sign convention: the value at r is ``apply(q, r) . k``, that is
+    ``q^T R_{-r} k`` (RoFormer eq. 16 with n - m = -r); ``q . apply(k, r)`` is the value at -r.
 
     - Default (``q = k = None``, ``samples = 0``): q = k = all-ones, the curve often shown in blog posts
       (it equals 2 A**2 sum_i cos(r theta_i) when nothing passes through).

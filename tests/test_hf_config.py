@@ -238,6 +238,11 @@ def test_dynamic_uses_max_position_embeddings():
     }
     config["rope_scaling"] = {"type": "dynamic", "factor": 2.0}
     assert RopeConfig.from_hf(config, layout="half").scaling == rope_ref.DynamicNTK(2.0, 4096)
+    # HF's _compute_dynamic_ntk_parameters reads max_position_embeddings and ignores an
+    # original_max_position_embeddings, at top level or inside the rope dict (peers.md §1.1).
+    config["original_max_position_embeddings"] = 1024
+    config["rope_scaling"] = {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 2048}
+    assert RopeConfig.from_hf(config, layout="half").scaling == rope_ref.DynamicNTK(2.0, 4096)
 
 
 def test_layer_typed_rope_parameters():

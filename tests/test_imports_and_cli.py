@@ -65,3 +65,15 @@ def test_one_top_level_name_with_mapped_subpackages():
     # backends/ and conformance/ install as rope_ref.backends / rope_ref.conformance (package-dir mapping).
     assert Path(rope_ref.backends.__file__).parent.name == "backends"
     assert Path(rope_ref.conformance.__file__).parent.name == "conformance"
+
+
+def test_cli_refuses_runaway_or_bad_arguments_cleanly(capsys, tmp_path):
+    assert main(["table", "--head-dim", "8", "--positions", "0:100000000"]) == 2
+    assert "more than 1000000 values" in capsys.readouterr().err
+    assert main(["table", "--head-dim", "8", "--digits", "-3"]) == 2
+    assert "--digits must be between 0 and 17, got -3" in capsys.readouterr().err
+    assert main(["decay", "--head-dim", "16", "--max-distance", "8", "--window", "0"]) == 2
+    assert "--window must be >= 1, got 0" in capsys.readouterr().err
+    missing = tmp_path / "no" / "such" / "dir" / "x.csv"
+    assert main(["decay", "--head-dim", "16", "--max-distance", "8", "--csv", str(missing)]) == 2
+    assert "No such file or directory" in capsys.readouterr().err

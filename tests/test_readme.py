@@ -30,6 +30,6 @@ def test_scaling_example_runs(tmp_path, monkeypatch):
               "max_position_embeddings": 4096}
     (tmp_path / "config.json").write_text(json.dumps(config))
     monkeypatch.chdir(tmp_path)
-    scope = {"json": json, "rope_ref": rope_ref, "np": np}
+    scope = {"rope_ref": rope_ref, "np": np}  # the block imports json itself
     exec(python_blocks()[1], scope)
     assert scope["cfg"] == rope_ref.preset("qwen2.5-7b-yarn")

@@ -1,4 +1,5 @@
-"""The ``rope-ref`` command line. Each subcommand lives in its own module, imported only when used."""
+"""The ``rope-ref`` command line. Each subcommand lives in its own module (listed in SUBCOMMANDS); none of
+them imports torch, cupy or matplotlib until it runs."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OSError) as exc:
         print(f"rope-ref {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

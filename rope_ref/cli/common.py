@@ -8,7 +8,10 @@ import numpy as np
 
 from ..config import LAYOUTS, RopeConfig
 
-__all__ = ["parse_positions", "add_config_arguments", "config_from_args"]
+__all__ = ["parse_positions", "add_config_arguments", "config_from_args", "MAX_POSITIONS"]
+
+#: Most positions one spec may expand to (a typo like '0:100000000' should fail fast, not hang).
+MAX_POSITIONS = 1_000_000
 
 
 def parse_positions(spec: str) -> np.ndarray:
@@ -26,9 +29,15 @@ def parse_positions(spec: str) -> np.ndarray:
                 parts = [float(p) for p in token.split(":")]
                 if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] == 0):
                     raise ValueError
+                step = parts[2] if len(parts) == 3 else 1.0
+                count = max(0, int(np.ceil((parts[1] - parts[0]) / step)))
+                if len(values) + count > MAX_POSITIONS:
+                    raise OverflowError
                 values.extend(np.arange(*parts).tolist())
             else:
                 values.append(float(token))
+        except OverflowError:
+            raise ValueError(f"positions: {spec!r} expands to more than {MAX_POSITIONS} values") from None
         except ValueError:
             raise ValueError(
                 f"positions: cannot parse {token!r} (use '0,1,2', 'a:b' or 'a:b:step')"

@@ -112,6 +112,8 @@ def build_configs(args: argparse.Namespace) -> list[RopeConfig]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.window < 1:
+        raise ValueError(f"--window must be >= 1, got {args.window}")
     configs = build_configs(args)
     distances = decay_distances(args.max_distance, args.step)
     labels = [config_label(c) for c in configs]

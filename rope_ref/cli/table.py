@@ -17,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.digits <= 17:
+        raise ValueError(f"--digits must be between 0 and 17, got {args.digits}")
     cfg = config_from_args(args)
     positions = parse_positions(args.positions)
     freqs = inv_freq(cfg)
