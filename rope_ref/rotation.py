@@ -79,27 +79,31 @@ def _rotate_half_block(out, x, cos_full, sin_signed, rd: int, scratch: np.ndarra
     np.add(out4, tmp.reshape(out4.shape)[..., ::-1, :], out=out4)
 
 
-def _rotate_interleaved_block(out, x, cos_pairs, i_sin, rd: int, scratch: np.ndarray) -> None:
+def _rotate_interleaved_block(
+    out, x, cos_pairs, i_sin, rd: int, scratch: np.ndarray, caller_err: dict
+) -> None:
     """Interleaved layout on one block in three ufunc calls, with exactly the formula's roundings.
 
     ``cos_pairs = [c0, c0, c1, c1, ...]`` and ``i_sin = 1j * s``. With each pair viewed as the complex
     number ``z = x_a + 1j x_b``, ``z * (1j s)`` is ``(x_a*0 - x_b*s) + 1j (x_a*s + x_b*0)``: for finite
     x that is exactly ``(-(x_b s), x_a s)`` whether or not NumPy fuses a multiply and an add, because
     the other product is an exact zero. Adding it to ``x * cos_pairs`` gives ``x_a c - x_b s`` and
-    ``x_b c + x_a s`` rounded exactly as written. A block holding inf or NaN (where ``0 * inf`` would
-    inject NaN) is computed with the plain elementwise formula instead; the result is the same
-    formula either way.
+    ``x_b c + x_a s`` rounded exactly as written. Runs under ``errstate(invalid="raise")``: an infinite
+    input (``0 * inf``) raises, and that block is recomputed with the plain elementwise formula under
+    the caller's error state, so the result is the same formula either way (quiet NaNs raise nothing
+    and propagate as in the formula).
     """
     xr, orr = x[..., :rd], out[..., :rd]
-    if not np.isfinite(np.add.reduce(xr, axis=None)):
-        x1, x2, o1, o2 = xr[..., 0::2], xr[..., 1::2], orr[..., 0::2], orr[..., 1::2]
-        c, s = cos_pairs[..., 0::2], i_sin.imag
-        np.subtract(x1 * c, x2 * s, out=o1)
-        np.add(x2 * c, x1 * s, out=o2)
-        return
-    np.multiply(xr, cos_pairs, out=orr)
-    np.multiply(xr.view(np.complex128), i_sin, out=scratch.view(np.complex128))
-    np.add(orr, scratch, out=orr)
+    try:
+        np.multiply(xr, cos_pairs, out=orr)
+        np.multiply(xr.view(np.complex128), i_sin, out=scratch.view(np.complex128))
+        np.add(orr, scratch, out=orr)
+    except FloatingPointError:
+        with np.errstate(**caller_err):
+            x1, x2, o1, o2 = xr[..., 0::2], xr[..., 1::2], orr[..., 0::2], orr[..., 1::2]
+            c, s = cos_pairs[..., 0::2], i_sin.imag
+            np.subtract(x1 * c, x2 * s, out=o1)
+            np.add(x2 * c, x1 * s, out=o2)
 
 
 def apply(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None) -> np.ndarray:
@@ -135,13 +139,17 @@ def apply(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None
     step = max(1, _BLOCK_ELEMENTS // max(row_elements, 1))
     first = x[(slice(None),) * axis + (slice(0, step),)]
     scratch_full = np.empty(first.shape[:-1] + (rd,), dtype=np.float64)
+    caller_err = np.geterr()
     for start in range(0, x.shape[axis], step):
         sl = (slice(None),) * axis + (slice(start, start + step),)
         parts = [t if t.shape[axis] == 1 else t[sl] for t in tables]
         xb = x[sl]
         scratch = scratch_full[(slice(None),) * axis + (slice(0, xb.shape[axis]),)]
-        rotate = _rotate_half_block if cfg.layout == "half" else _rotate_interleaved_block
-        rotate(out_view[sl], xb, parts[0], parts[1], rd, scratch)
+        if cfg.layout == "half":
+            _rotate_half_block(out_view[sl], xb, parts[0], parts[1], rd, scratch)
+        else:
+            with np.errstate(invalid="raise"):
+                _rotate_interleaved_block(out_view[sl], xb, parts[0], parts[1], rd, scratch, caller_err)
         if zero is not None:
             z = zero if zero.shape[axis] == 1 else zero[sl]
             if z.any():
