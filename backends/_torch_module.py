@@ -10,7 +10,7 @@ import torch
 from rope_ref.config import RopeConfig
 
 from ._torch_core import (
-        angle_tables,
+    angle_tables,
     as_positions,
     check_angle_dtype,
     check_broadcast,
@@ -110,6 +110,16 @@ def apply_rotary_pos_emb(
     )
 
 
+def _check_max_position(max_position: Any) -> int | None:
+    if max_position is None:
+        return None
+    if isinstance(max_position, bool) or not isinstance(max_position, int):
+        raise TypeError(f"max_position must be an int or None, got {max_position!r}")
+    if max_position < 1:
+        raise ValueError(f"max_position must be >= 1, got {max_position}")
+    return max_position
+
+
 class RotaryEmbedding(torch.nn.Module):
     """RoPE for a model: ``forward(x, positions)`` rotates ``x``; ``tables(positions)`` gives cos/sin.
 
@@ -120,6 +130,14 @@ class RotaryEmbedding(torch.nn.Module):
     (the gpt-neox #1003 / transformers #25681 bug cannot happen), and it is rebuilt lazily on a new
     device. Length-dependent scalings key the cache by their current frequency table, so dynamic NTK
     and LongRoPE are right whatever lengths came before. Negative or real positions bypass the cache.
+
+    Finding the range of the positions reads them on the host (``aminmax``: a device sync per call,
+    which also rules out CUDA-graph capture). ``max_position=N`` (here, or per call to ``forward`` /
+    ``tables``) promises integer positions in ``0 .. N-1`` instead: the table is then grown to at
+    least ``N`` rows from the host-side ``N`` and indexed without reading the positions, so there is no
+    sync. Positions outside that range are not detected (``index_select`` fails, or raises a device
+    assert on CUDA). Length-dependent scalings also need ``seq_len`` then, or they read
+    ``max(positions)``.
     """
 
     def __init__(
@@ -131,6 +149,7 @@ class RotaryEmbedding(torch.nn.Module):
         autograd: str = "function",
         max_cached_tables: int = 4,
         max_cached_positions: int = 65536,
+        max_position: int | None = None,
     ) -> None:
         super().__init__()
         self.cfg = check_config(cfg)
@@ -153,32 +172,44 @@ class RotaryEmbedding(torch.nn.Module):
         if max_cached_positions < 1:
             raise ValueError(f"max_cached_positions must be >= 1, got {max_cached_positions}")
         self.max_cached_positions = max_cached_positions
+        self.max_position = _check_max_position(max_position)
         self._cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
 
     def extra_repr(self) -> str:
-        return f"{self.cfg!r}, angle_dtype={self.angle_dtype}"
+        extra = "" if self.max_position is None else f", max_position={self.max_position}"
+        return f"{self.cfg!r}, angle_dtype={self.angle_dtype}{extra}"
 
     def cached_lengths(self) -> dict[tuple, int]:
         """``{key: L}`` of the tables held now (for tests and introspection)."""
         return {key: cos.shape[0] for key, (cos, _) in self._cache.items()}
 
-    def _cached(self, pos: torch.Tensor, seq_len: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs, factor = freq_constants(self.cfg, seq_len)
-        key = (str(pos.device), freqs, factor)
-        lo, hi = (int(v) for v in torch.aminmax(pos))
-        if lo < 0 or hi >= self.max_cached_positions:
-            return self._direct(pos, seq_len)
+    def _entry(self, key: tuple, need: int, seq_len: int | None, device: torch.device):
+        """The cached table for ``key`` with at least ``need`` rows (grown by doubling)."""
         entry = self._cache.get(key)
-        if entry is None or entry[0].shape[0] <= hi:
-            length = max(hi + 1, 2 * entry[0].shape[0] if entry is not None else 256)
-            length = min(length, self.max_cached_positions)
-            inv, fac = freq_table(self.cfg, seq_len, self.angle_dtype, pos.device)
-            grid = torch.arange(length, device=pos.device)
-            entry = angle_tables(grid, inv, fac)
+        if entry is None or entry[0].shape[0] < need:
+            length = max(need, 2 * entry[0].shape[0] if entry is not None else 256)
+            length = min(length, max(self.max_cached_positions, need))
+            inv, fac = freq_table(self.cfg, seq_len, self.angle_dtype, device)
+            entry = angle_tables(torch.arange(length, device=device), inv, fac)
             self._cache[key] = entry
             while len(self._cache) > self.max_cached_tables:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(key)
+        return entry
+
+    def _cached(
+        self, pos: torch.Tensor, seq_len: int | None, max_position: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs, factor = freq_constants(self.cfg, seq_len)
+        key = (str(pos.device), freqs, factor)
+        if max_position is not None:
+            need = max_position  # the caller's promise: no host read of the positions
+        else:
+            lo, hi = (int(v) for v in torch.aminmax(pos))
+            if lo < 0 or hi >= self.max_cached_positions:
+                return self._direct(pos, seq_len)
+            need = hi + 1
+        entry = self._entry(key, need, seq_len, pos.device)
         flat = pos.reshape(-1)
         shape = tuple(pos.shape) + (entry[0].shape[-1],)
         return entry[0].index_select(0, flat).reshape(shape), entry[1].index_select(0, flat).reshape(shape)
@@ -188,9 +219,19 @@ class RotaryEmbedding(torch.nn.Module):
         return angle_tables(pos, inv, factor)
 
     def tables(
-        self, positions: Any, *, seq_len: int | None = None, device: Any = None
+        self,
+        positions: Any,
+        *,
+        seq_len: int | None = None,
+        device: Any = None,
+        max_position: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Half-width ``(cos, sin)`` of shape ``positions.shape + (rotary_dim/2,)`` in ``angle_dtype``."""
+        """Half-width ``(cos, sin)`` of shape ``positions.shape + (rotary_dim/2,)`` in ``angle_dtype``.
+
+        ``max_position`` (default: the module's) promises integer positions in ``0 .. max_position-1``
+        and avoids the host read of the positions (see the class docstring).
+        """
+        max_position = self.max_position if max_position is None else _check_max_position(max_position)
         dev = (
             torch.device(device)
             if device is not None
@@ -200,13 +241,18 @@ class RotaryEmbedding(torch.nn.Module):
         seq_len = seq_len_of(pos, self.cfg, seq_len)
         if pos.dtype.is_floating_point or pos.numel() == 0 or torch.compiler.is_compiling():
             return self._direct(pos, seq_len)
-        return self._cached(pos, seq_len)
+        return self._cached(pos, seq_len, max_position)
 
-    def forward(self, x: torch.Tensor, positions: Any, *, seq_len: int | None = None) -> torch.Tensor:
-        """Rotate ``x`` (``(..., head_dim)``) by ``positions`` exactly as :func:`apply` does."""
+    def forward(
+        self, x: torch.Tensor, positions: Any, *, seq_len: int | None = None, max_position: int | None = None
+    ) -> torch.Tensor:
+        """Rotate ``x`` (``(..., head_dim)``) by ``positions`` exactly as :func:`apply` does.
+
+        ``max_position``: as in :meth:`tables` (no host sync when given here or at construction).
+        """
         x = check_x(x, self.cfg.head_dim)
         pos = as_positions(positions, x.device)
         check_broadcast(pos, tuple(x.shape[:-1]))
-        cos, sin = expand_tables(*self.tables(pos, seq_len=seq_len), x.ndim)
+        cos, sin = expand_tables(*self.tables(pos, seq_len=seq_len, max_position=max_position), x.ndim)
         compute = resolve_compute_dtype(self.compute_dtype, x.dtype)
         return rotate_tables(x, cos, sin, self.cfg.layout, self.cfg.rotary_dim, compute, self.autograd)

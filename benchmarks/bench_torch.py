@@ -8,9 +8,13 @@ GPT-J's ``rotate_every_two`` with ``repeat_interleave`` tables for the interleav
 adapter (``RotaryEmbedding`` with a warm cache, and functional ``apply`` which rebuilds cos/sin).
 
 GPU (when CUDA is available): bf16 q and k of shape (4, 4096, 32, 128) each; HF eager,
-``torch.compile`` of HF eager, this adapter, and device-to-device copy bandwidth.
+``torch.compile`` of HF eager, this adapter (module, module with ``max_position`` so no host sync,
+and ``torch.compile(rt.apply, fullgraph=True)``: the candidate for the 70%-of-copy-bandwidth goal),
+against device-to-device copy (``of_copy_bw`` = copy time / candidate time).
 
-Usage: ``python benchmarks/bench_torch.py [--rounds N] [--json FILE] [--cpu-only]``.
+``--cpu-compiled`` adds ``torch.compile`` of ``rt.apply`` to the CPU forward tables (compiles first).
+
+Usage: ``python benchmarks/bench_torch.py [--rounds N] [--json FILE] [--cpu-only] [--cpu-compiled]``.
 """
 
 from __future__ import annotations
@@ -94,7 +98,12 @@ def fwd_bwd(
     return run
 
 
-def cpu_bench(rounds: int) -> list[dict]:
+def compiled_apply(cfg: rope_ref.RopeConfig, pos: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``torch.compile`` of the functional apply (inductor fuses it into one loop), without graph breaks."""
+    return torch.compile(lambda t: rt.apply(t, pos, cfg), fullgraph=True)
+
+
+def cpu_bench(rounds: int, with_compiled: bool = False) -> list[dict]:
     shape = (1, 2048, 32, 128)
     b, s, h, d = shape
     torch.manual_seed(0)
@@ -113,6 +122,9 @@ def cpu_bench(rounds: int) -> list[dict]:
             "rope_ref_module": lambda module=module, pos=pos: module(x, pos),
             "rope_ref_apply": lambda cfg=cfg, pos=pos: rt.apply(x, pos, cfg),
         }
+        if with_compiled:
+            compiled = compiled_apply(cfg, pos)
+            fwd["rope_ref_compiled"] = lambda f=compiled: f(x)
         both = {
             "clone": fwd_bwd(lambda t: t.clone(), x, g),
             "clone_x2": lambda: (x.clone(), g.clone()),
@@ -140,10 +152,9 @@ def cpu_bench(rounds: int) -> list[dict]:
     return rows
 
 
-def gpu_bench(rounds: int) -> list[dict]:
-    shape = (4, 4096, 32, 128)
+def gpu_bench(rounds: int, dev: str = "cuda", shape: tuple[int, ...] = (4, 4096, 32, 128)) -> list[dict]:
+    """The GPU table (``dev``/``shape`` are parameters only so that it can be smoke-tested on CPU)."""
     b, s, h, d = shape
-    dev = "cuda"
     torch.manual_seed(0)
     q = torch.randn(shape, device=dev, dtype=torch.bfloat16)
     k = torch.randn(shape, device=dev, dtype=torch.bfloat16)
@@ -155,6 +166,8 @@ def gpu_bench(rounds: int) -> list[dict]:
         pos = positions[:, None]
         cos, sin = hf_tables(positions, d, 10000.0, layout)
         hf_compiled = torch.compile(lambda t, cos=cos, sin=sin, layout=layout: hf_apply(t, cos, sin, layout))
+        rr_compiled = compiled_apply(cfg, pos)
+        module_max = rt.RotaryEmbedding(cfg, max_position=s)
         cands = {
             "copy_q_k": lambda: (q.clone(), k.clone()),
             "hf_eager": lambda cos=cos, sin=sin, layout=layout: (
@@ -163,13 +176,15 @@ def gpu_bench(rounds: int) -> list[dict]:
             ),
             "hf_compiled": lambda f=hf_compiled: (f(q), f(k)),
             "rope_ref_module": lambda module=module, pos=pos: (module(q, pos), module(k, pos)),
+            "rope_ref_module_max_position": lambda m=module_max, pos=pos: (m(q, pos), m(k, pos)),
+            "rope_ref_compiled": lambda f=rr_compiled: (f(q), f(k)),
         }
         t = side_by_side(cands, rounds, dev)
         moved = 2 * 2 * q.numel() * q.element_size()  # read + write of q and k
         for name, sec in t.items():
             rows.append(
                 {
-                    "device": torch.cuda.get_device_name(),
+                    "device": torch.cuda.get_device_name() if dev.startswith("cuda") else dev,
                     "layout": layout,
                     "mode": "forward",
                     "impl": name,
@@ -186,13 +201,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--json", default=None)
     parser.add_argument("--cpu-only", action="store_true")
+    parser.add_argument("--cpu-compiled", action="store_true", help="also time torch.compile on CPU")
     args = parser.parse_args()
     info = {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(),
     }
-    rows = cpu_bench(args.rounds)
+    rows = cpu_bench(args.rounds, args.cpu_compiled)
     if not args.cpu_only and torch.cuda.is_available():
         rows += gpu_bench(args.rounds)
     elif not args.cpu_only:

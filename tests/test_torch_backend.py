@@ -286,6 +286,62 @@ def test_length_dependent_state_does_not_leak(scaling):
         )
 
 
+def test_max_position_avoids_host_read_of_positions():
+    """With ``max_position`` the module never reads the positions on the host (no aminmax/int: no
+    device sync, CUDA-graph capturable). "meta" tensors have no data, so any host read raises there."""
+    cfg = rope_ref.RopeConfig(16, layout="interleaved", rotary_dim=12)
+    x = torch.randn(2, 10, 3, 16)
+    pos = torch.arange(10)[:, None]
+    meta_x, meta_pos = x.to("meta"), pos.to("meta")
+    with pytest.raises(RuntimeError, match="meta"):  # the on-demand path reads max(positions)
+        rt.RotaryEmbedding(cfg)(meta_x, meta_pos)
+    m = rt.RotaryEmbedding(cfg, max_position=300)
+    y = m(meta_x, meta_pos)
+    assert y.device.type == "meta" and y.shape == x.shape and y.dtype == x.dtype
+    cos, _ = m.tables(meta_pos)
+    assert cos.device.type == "meta" and cos.shape == (10, 1, 6)
+    assert list(m.cached_lengths().values()) == [300]  # allocated once, at the promised size
+    # the same numbers as the on-demand cache and as apply, on CPU
+    m_cpu = rt.RotaryEmbedding(cfg, max_position=300)
+    assert torch.equal(m_cpu(x, pos), rt.RotaryEmbedding(cfg)(x, pos))
+    assert torch.equal(m_cpu(x, pos), rt.apply(x, pos, cfg))
+    # per call: overrides the module's value, grows the table without reading the positions
+    plain = rt.RotaryEmbedding(cfg)
+    big = torch.arange(5000, 5010)[:, None]
+    assert torch.equal(plain(x, big, max_position=5010), rt.apply(x, big, cfg))
+    assert list(plain.cached_lengths().values()) == [5010]
+    assert plain(meta_x, meta_pos, max_position=16).device.type == "meta"
+    assert "max_position=300" in repr(m)
+    for bad, err in ((0, ValueError), (2.5, TypeError), (True, TypeError)):
+        with pytest.raises(err, match="max_position"):
+            rt.RotaryEmbedding(cfg, max_position=bad)
+        with pytest.raises(err, match="max_position"):
+            plain(x, pos, max_position=bad)
+
+
+def test_cache_rebuilt_on_device_change():
+    """One table per device, keyed by the device; moving back finds the first one again (no CUDA needed:
+    "meta" stands in for the second device)."""
+    cfg = rope_ref.RopeConfig(16, layout="half", scaling=YaRN(4.0, 64))
+    m = rt.RotaryEmbedding(cfg, max_position=512)
+    x = torch.randn(4, 2, 16)
+    pos = torch.arange(4)[:, None]
+    y_cpu = m(x, pos)
+    (cpu_key,) = m.cached_lengths()
+    cpu_table = m._cache[cpu_key][0]
+    y_meta = m(x.to("meta"), pos.to("meta"))
+    assert y_meta.device.type == "meta"
+    keys = list(m.cached_lengths())
+    assert [k[0] for k in keys] == ["cpu", "meta"] and keys[0][1:] == keys[1][1:]  # same frequency table
+    assert [m._cache[k][0].device.type for k in keys] == ["cpu", "meta"]
+    # back on CPU: the CPU table is reused as it was, and the answer is unchanged
+    assert torch.equal(m(x, pos), y_cpu)
+    assert m._cache[cpu_key][0] is cpu_table
+    # module.to(...) has nothing to move (no buffers): the cache follows the inputs' device only
+    m.to("meta")
+    assert torch.equal(m(x, pos), y_cpu) and m._cache[cpu_key][0] is cpu_table
+
+
 # -- autograd ---------------------------------------------------------------------------------------
 
 
@@ -305,6 +361,29 @@ def test_gradcheck_function_and_native(layout):
     # independent: the VJP of a (scaled) rotation is the rotation by the negated angle
     expected = rope_ref.apply(g.numpy(), -pos.numpy(), cfg, seq_len=5)
     np.testing.assert_allclose(g_fn.numpy(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_gradgradcheck_function(layout):
+    """Double backward through RotateFunction (its backward is a RotateFunction too), float64."""
+    cfg = rope_ref.RopeConfig(12, layout=layout, rotary_dim=8, scaling=YaRN(4.0, 16))
+    x = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True)
+    pos = torch.arange(5)
+
+    def fn(t):
+        return rt.apply(t, pos, cfg, angle_dtype=torch.float64, autograd="function")
+
+    assert torch.autograd.gradgradcheck(fn, (x,))
+    # create_graph=True: the gradient is differentiable and matches plain autograd's second derivative
+    g = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 5, 12, dtype=torch.float64)
+    second = []
+    for mode in ("function", "native"):
+        y = rt.apply(x, pos, cfg, angle_dtype=torch.float64, autograd=mode)
+        (gx,) = torch.autograd.grad(y, x, g, create_graph=True)
+        assert gx.requires_grad
+        second.append(torch.autograd.grad((gx * w).sum(), g)[0])
+    torch.testing.assert_close(second[0], second[1])
 
 
 def test_function_saves_no_activations():
@@ -427,3 +506,29 @@ def test_cuda_matches_cpu():
     y_gpu = m(x.cuda(), pos.cuda())  # device change: the cache is rebuilt on the GPU
     torch.testing.assert_close(y_gpu.cpu(), y_cpu, atol=1e-5, rtol=0)
     assert len(m.cached_lengths()) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)"
+)
+def test_cuda_max_position_has_no_sync_and_captures():
+    """With max_position: no synchronising call (sync debug mode "error"), and a CUDA graph captures it."""
+    cfg = rope_ref.RopeConfig(128, layout="half", rotary_dim=64)
+    m = rt.RotaryEmbedding(cfg, max_position=4096)
+    x = torch.randn(2, 256, 8, 128, device="cuda", dtype=torch.bfloat16)
+    pos = torch.arange(256, device="cuda")[:, None]
+    expected = m(x, pos)  # builds the table (allowed to allocate and copy)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        y = m(x, pos)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(y, expected, atol=0, rtol=0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_graph = m(x, pos)
+    pos.add_(7)
+    graph.replay()
+    torch.testing.assert_close(y_graph, m(x, pos), atol=0, rtol=0)
