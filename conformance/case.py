@@ -36,6 +36,12 @@ class Case:
     were quantised for (``None``: the case applies to every precision policy). ``tolerance`` names the
     tolerance rule (see ``docs/tolerance.md``). ``bug_class`` names the family of real bugs the case
     targets (``known-bugs.md``).
+
+    ``aux`` holds reference quantities that are never passed to the backend but let a reader judge the
+    result without reimplementing the scalings: ``inv_freq`` and ``attention_factor`` of ``apply``,
+    ``apply_vjp`` and ``cos_sin`` cases, at the resolved ``seq_len``. ``requires`` lists ids of cases
+    that must run earlier on the same backend instance for this case to mean anything (the dynamic-NTK
+    state-leak pair); a runner that selects this case runs them first.
     """
 
     id: str
@@ -48,6 +54,8 @@ class Case:
     params: dict[str, Any] = field(default_factory=dict)
     io_dtype: str | None = None
     description: str = ""
+    requires: list[str] = field(default_factory=list)
+    aux: dict[str, np.ndarray] = field(default_factory=dict)
 
     def rope_config(self):
         """The :class:`rope_ref.RopeConfig` described by :attr:`config`."""

@@ -27,6 +27,8 @@ __all__ = [
     "DTYPE_SHORT",
     "build_catalogue",
     "evaluate",
+    "auxiliary",
+    "AUX_OPS",
     "quantize",
     "make_config",
     "activation_cases",
@@ -64,6 +66,8 @@ BUG_CLASSES: dict[str, str] = {
     "yarn_attention_factor": "YaRN attention factor dropped, applied twice, mscale ignored (vLLM #48623)",
     "scaling_llama3": "Llama 3 band scaling dropped or band edges wrong (unsloth #6197, mlxcel #1355)",
     "scaling_longrope_switch": "LongRoPE short/long factors switched at the wrong length (unsloth #10681)",
+    "scaling_longrope": "LongRoPE long factors or its attention factor dropped or wrong far beyond the "
+    "original context",
     "gradient": "backward pass is not the inverse rotation of the upstream gradient (apex #1750)",
     "chatglm_position_ids": "ChatGLM-6B 2D position/block ids wrong under padding or batching (#833)",
     "chatglm_2d": "ChatGLM-6B 2D rotary halves swapped or rotated with the wrong ids",
@@ -190,6 +194,33 @@ def evaluate(
     raise ValueError(f"unknown op {op!r}")
 
 
+#: Ops whose case files also hold ``aux.inv_freq`` and ``aux.attention_factor`` (for foreign readers).
+AUX_OPS = ("cos_sin", "apply", "apply_vjp")
+
+
+def auxiliary(
+    op: str, config: dict[str, Any] | None, inputs: dict[str, np.ndarray], params: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """Reference quantities stored beside a case (never handed to the backend), from the float64 oracle.
+
+    For ``cos_sin``, ``apply`` and ``apply_vjp``: ``inv_freq`` (the scaled inverse frequencies,
+    ``(rotary_dim/2,)``) and ``attention_factor`` (``()``) at the case's resolved ``seq_len``, so that
+    a reader in another language can compute the tolerance (``docs/golden-format.md`` §4) without
+    reimplementing the scalings. Other ops: nothing.
+    """
+    if op not in AUX_OPS:
+        return {}
+    import rope_ref
+
+    cfg = _rope(config)
+    pos = np.asarray(inputs["positions"], dtype=np.float64)
+    seq_len = rope_ref.frequencies.resolve_seq_len(pos, cfg, params.get("seq_len"))
+    return {
+        "inv_freq": np.asarray(rope_ref.inv_freq(cfg, seq_len), dtype=np.float64),
+        "attention_factor": np.array(rope_ref.attention_factor(cfg, seq_len), dtype=np.float64),
+    }
+
+
 def _case(
     cid: str,
     op: str,
@@ -201,6 +232,7 @@ def _case(
     params: dict[str, Any] | None = None,
     io_dtype: str | None = None,
     description: str,
+    requires: Sequence[str] = (),
 ) -> Case:
     if bug_class not in BUG_CLASSES:
         raise ValueError(f"case {cid!r}: unknown bug class {bug_class!r}")
@@ -216,6 +248,8 @@ def _case(
         params=params,
         io_dtype=io_dtype,
         description=description,
+        requires=list(requires),
+        aux=auxiliary(op, config, inputs, params),
     )
 
 
@@ -232,8 +266,12 @@ def activation_cases(
     io_dtypes: Iterable[str] = IO_DTYPES,
     x_values: np.ndarray | None = None,
     seed_name: str | None = None,
+    requires_name: str | None = None,
 ) -> list[Case]:
-    """One ``apply`` / ``apply_vjp`` case per io dtype: ids ``{op}-{name}-{fp64|fp32|fp16|bf16}``."""
+    """One ``apply`` / ``apply_vjp`` case per io dtype: ids ``{op}-{name}-{fp64|fp32|fp16|bf16}``.
+
+    ``requires_name``: each case requires (runs after) ``{op}-{requires_name}-{same dtype}``.
+    """
     seed_name = seed_name or name
     base_x = _normal(seed_name, x_shape) if x_values is None else np.asarray(x_values, dtype=np.float64)
     pos = _positions(positions)
@@ -253,6 +291,7 @@ def activation_cases(
                 params={"seq_len": seq_len},
                 io_dtype=dt,
                 description=description,
+                requires=[f"{op}-{requires_name}-{DTYPE_SHORT[dt]}"] if requires_name else [],
             )
         )
     return out
@@ -611,6 +650,7 @@ def _scaling() -> list[Case]:
         (5, 64),
         [0, 1, 50, 500, 2047],
         bug_class="scaling_dynamic_state",
+        requires_name="dynamic_long_d64",
         description="runs right after dynamic_long on the same backend: seq_len 2048 must "
         "use the unscaled base (no state kept from the long call)",
     )
@@ -750,6 +790,16 @@ def _scaling() -> list[Case]:
         [0, 100, 4096],
         bug_class="scaling_longrope_switch",
         description="max position 4096 -> seq_len 4097: long factors",
+    )
+    cases += activation_cases(
+        "longrope_far_d32",
+        "apply",
+        lr,
+        (2, 6, 32),
+        [0, 1, 8192, 20000, 65536, 131071],
+        bug_class="scaling_longrope",
+        description="positions up to 32x a 4096 context (seq_len 131072): long factors and the "
+        "attention factor sqrt(1 + ln 32 / ln 4096), position 0 included",
     )
     return cases
 

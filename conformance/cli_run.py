@@ -7,7 +7,6 @@ bad golden directory, ``-k`` matching nothing, unreadable xfail file).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 __all__ = ["add_arguments", "run"]
@@ -66,22 +65,16 @@ def _load_cases(golden: str | None):
 
 def _run(args: argparse.Namespace) -> int:
     from .registry import BackendUnavailable, get_backend
-    from .runner import DEFAULT_TIMEOUT, Runner, load_xfails, progress_printer
+    from .runner import DEFAULT_TIMEOUT, Runner, load_xfails, progress_printer, select_cases
 
     out, err = sys.stdout, sys.stderr
     cases = _load_cases(args.golden)  # verifies schema and checksums before anything runs
     xfails = load_xfails(args.xfails) if args.xfails else None
     if args.list:
-        import re
-
-        pattern = re.compile(args.select) if args.select else None
-        for c in cases:
-            if pattern is None or pattern.search(c.id):
-                print(f"{c.id}  [{c.op}, {c.bug_class}]", file=out)
+        for c in select_cases(cases, args.select):
+            needs = f", runs after {', '.join(c.requires)}" if c.requires else ""
+            print(f"{c.id}  [{c.op}, {c.bug_class}{needs}]", file=out)
         return 0
-    if os.getcwd() not in sys.path and ":" in args.backend:
-        # 'module:attr' backends are looked up from the current directory too, as `python -m` would.
-        sys.path.insert(0, os.getcwd())
     try:
         backend = get_backend(args.backend, args.precision)
     except BackendUnavailable as exc:

@@ -44,7 +44,7 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 #: Version of the shipped case set, independent of the package version; bump when cases change.
-SUITE_VERSION = "1.0.0"
+SUITE_VERSION = "1.1.0"
 MANIFEST = "manifest.json"
 FORMATS = {"safetensors": ".safetensors", "npz": ".npz"}
 TOLERANCES = ("exact", "table", "trig", "rotation", "emulation", "decay")
@@ -56,7 +56,7 @@ _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*\.(safetensors|npz)$")
 _TENSOR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
-_ROLES = ("inputs", "expected")
+_ROLES = ("inputs", "expected", "aux")  # "aux" is optional in a manifest entry
 
 
 class GoldenError(ValueError):
@@ -199,6 +199,7 @@ def validate_manifest(manifest: Any, where: str = MANIFEST) -> None:
                 "inputs",
                 "expected",
             ),
+            ("aux", "requires"),
         )
         _check_str(case["id"], where, f"{ptr}/id", _ID_RE)
         if case["id"] in seen:
@@ -220,6 +221,19 @@ def validate_manifest(manifest: Any, where: str = MANIFEST) -> None:
         _check_str(case["sha256"], where, f"{ptr}/sha256", _SHA_RE)
         _check_tensor_specs(case["inputs"], where, f"{ptr}/inputs")
         _check_tensor_specs(case["expected"], where, f"{ptr}/expected")
+        if "aux" in case:
+            _check_tensor_specs(case["aux"], where, f"{ptr}/aux")
+        requires = case.get("requires", [])
+        if not isinstance(requires, list) or len(set(map(str, requires))) != len(requires):
+            raise _fail(where, f"{ptr}/requires", "expected an array of distinct case ids")
+        for j, req in enumerate(requires):
+            _check_str(req, where, f"{ptr}/requires/{j}", _ID_RE)
+            if req not in seen or req == case["id"]:
+                raise _fail(
+                    where,
+                    f"{ptr}/requires/{j}",
+                    f"{req!r} is not the id of an earlier case (prerequisites run first, in manifest order)",
+                )
 
 
 # -- writing -------------------------------------------------------------------------------------------
@@ -246,7 +260,7 @@ def _stored(arr: np.ndarray, what: str) -> np.ndarray:
 
 def _tensor_file_bytes(case: Case, fmt: str, tmp: Path) -> bytes:
     tensors = {}
-    for role, group in (("inputs", case.inputs), ("expected", case.expected)):
+    for role, group in (("inputs", case.inputs), ("expected", case.expected), ("aux", case.aux)):
         for name, arr in group.items():
             if not _TENSOR_RE.match(name):
                 raise ValueError(f"case {case.id!r}: tensor name {name!r} is not allowed")
@@ -302,22 +316,25 @@ def write_golden(
         file = case.id + FORMATS[fmt]
         data = _tensor_file_bytes(case, fmt, out / (file + ".tmp"))
         (out / file).write_bytes(data)
-        entries.append(
-            {
-                "id": case.id,
-                "op": case.op,
-                "description": case.description,
-                "bug_class": case.bug_class,
-                "tolerance": case.tolerance,
-                "io_dtype": case.io_dtype,
-                "config": _jsonable(case.config),
-                "params": _jsonable(case.params),
-                "file": file,
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "inputs": _specs(case.inputs),
-                "expected": _specs(case.expected),
-            }
-        )
+        entry: dict[str, Any] = {
+            "id": case.id,
+            "op": case.op,
+            "description": case.description,
+            "bug_class": case.bug_class,
+            "tolerance": case.tolerance,
+            "io_dtype": case.io_dtype,
+            "config": _jsonable(case.config),
+            "params": _jsonable(case.params),
+            "file": file,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "inputs": _specs(case.inputs),
+            "expected": _specs(case.expected),
+        }
+        if case.aux:
+            entry["aux"] = _specs(case.aux)
+        if case.requires:
+            entry["requires"] = list(case.requires)
+        entries.append(entry)
     used = {e["bug_class"] for e in entries}
     classes = bug_classes if bug_classes is not None else BUG_CLASSES
     provenance: dict[str, Any] = {
@@ -384,7 +401,9 @@ def _read_tensors(path: Path, data: bytes, fmt: str) -> dict[str, np.ndarray]:
 
 
 def _check_tensors(path: Path, case: dict[str, Any], tensors: dict[str, np.ndarray]) -> dict[str, dict]:
-    wanted = {f"{role}.{name}": (role, name, spec) for role in _ROLES for name, spec in case[role].items()}
+    wanted = {
+        f"{role}.{name}": (role, name, spec) for role in _ROLES for name, spec in case.get(role, {}).items()
+    }
     if set(tensors) != set(wanted):
         raise GoldenError(f"{path}: holds tensors {sorted(tensors)}, the manifest lists {sorted(wanted)}")
     groups: dict[str, dict[str, np.ndarray]] = {role: {} for role in _ROLES}
@@ -439,6 +458,8 @@ def load_golden(path: str | os.PathLike | None = None) -> list[Case]:
                 params=dict(case["params"]),
                 io_dtype=case["io_dtype"],
                 description=case["description"],
+                requires=list(case.get("requires", [])),
+                aux=groups["aux"],
             )
         )
     return cases
@@ -500,7 +521,7 @@ def verify_golden(path: str | os.PathLike | None = None) -> VerifyReport:
     match a fresh :func:`~rope_ref.conformance.catalogue.build_catalogue`, and stored inputs are compared
     with this NumPy's regeneration (a difference is only a note: RNG streams may change between versions).
     """
-    from .catalogue import build_catalogue, evaluate
+    from .catalogue import auxiliary, build_catalogue, evaluate
 
     root, manifest = read_manifest(path)
     cases = load_golden(root)
@@ -508,14 +529,22 @@ def verify_golden(path: str | os.PathLike | None = None) -> VerifyReport:
     for case in cases:
         try:
             fresh = evaluate(case.op, case.config, case.inputs, case.params)
+            fresh_aux = auxiliary(case.op, case.config, case.inputs, case.params)
         except (ValueError, TypeError) as exc:
             report.problems.append(f"{case.id}: the oracle cannot evaluate this case ({exc})")
             continue
-        for name, stored in case.expected.items():
-            got = np.asarray(fresh[name])
+        if set(case.aux) != set(fresh_aux):
+            report.problems.append(
+                f"{case.id}: aux tensors {sorted(case.aux)}, a {case.op} case holds {sorted(fresh_aux)}"
+            )
+            continue
+        checks = [("expected", n, v, fresh[n]) for n, v in case.expected.items()]
+        checks += [("aux", n, v, fresh_aux[n]) for n, v in case.aux.items()]
+        for role, name, stored, got in checks:
+            got = np.asarray(got)
             if got.shape != stored.shape:
                 report.problems.append(
-                    f"{case.id}: expected.{name} shape {stored.shape}, regeneration {got.shape}"
+                    f"{case.id}: {role}.{name} shape {stored.shape}, regeneration {got.shape}"
                 )
                 continue
             diff = np.abs(stored.astype(np.float64) - got.astype(np.float64))
@@ -527,7 +556,7 @@ def verify_golden(path: str | os.PathLike | None = None) -> VerifyReport:
             if not np.all(np.isfinite(stored)) or worst > 1.0:
                 idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
                 report.problems.append(
-                    f"{case.id}: expected.{name}{list(idx)} stored {float(stored[idx])!r} but "
+                    f"{case.id}: {role}.{name}{list(idx)} stored {float(stored[idx])!r} but "
                     f"regeneration gives {float(got[idx])!r} (|diff|/tol = {worst:.3g})"
                 )
     if manifest["provenance"]["source"] == "catalogue":
@@ -553,15 +582,11 @@ def _compare_catalogue(stored: list[Case], fresh: list[Case], report: VerifyRepo
         new = by_id.get(case.id)
         if new is None:
             continue
-        if (case.op, case.config, case.params, case.io_dtype, case.tolerance, case.bug_class) != (
-            new.op,
-            new.config,
-            new.params,
-            new.io_dtype,
-            new.tolerance,
-            new.bug_class,
-        ):
-            report.problems.append(f"{case.id}: op/config/params/tolerance differ from the current catalogue")
+        fields = ("op", "config", "params", "io_dtype", "tolerance", "bug_class", "requires")
+        if any(getattr(case, f) != getattr(new, f) for f in fields):
+            report.problems.append(
+                f"{case.id}: op/config/params/tolerance/requires differ from the current catalogue"
+            )
             continue
         for name, arr in case.inputs.items():
             other = new.inputs.get(name)

@@ -1,14 +1,20 @@
 """pytest plugin (entry point ``pytest11``): the conformance suite as one pytest test per golden case.
 
 Usage: ``pytest --pyargs rope_ref.conformance --rope-backend NAME [--rope-precision fp32] [--rope-golden DIR]
-[--rope-xfails FILE] [--rope-timeout S]``. The plugin only adds these options; it imports nothing
-heavy, so it is harmless in every other pytest run. The tests live in ``test_conformance.py`` next to
-this file and run the same :class:`~rope_ref.conformance.runner.Runner` as ``rope-ref conformance run``.
+[--rope-xfails FILE] [--rope-timeout S]``. The plugin adds these options and, only when
+``--rope-backend`` is given, resolves the backend once at start-up (``registry.get_backend``, which
+also looks for ``module:attr`` modules in the current directory): a backend that cannot be found or
+built stops the run with one usage error instead of an error per case; one that is unavailable here
+(library or device missing) makes every case skip with the reason. It imports nothing heavy otherwise,
+so it is harmless in every other pytest run. The tests live in ``test_conformance.py`` next to this
+file and run the same :class:`~rope_ref.conformance.runner.Runner` as ``rope-ref conformance run``.
 """
 
 from __future__ import annotations
 
-__all__ = ["pytest_addoption"]
+__all__ = ["pytest_addoption", "pytest_configure", "configured_backend"]
+
+_BACKEND_ATTR = "_rope_ref_backend"
 
 
 def pytest_addoption(parser) -> None:
@@ -32,3 +38,28 @@ def pytest_addoption(parser) -> None:
     group.addoption(
         "--rope-timeout", default=None, type=float, metavar="S", help="per-case timeout in seconds"
     )
+
+
+def pytest_configure(config) -> None:
+    name = config.getoption("--rope-backend", None)
+    if name is None:
+        return
+    import pytest
+    from rope_ref.conformance.registry import BackendUnavailable, get_backend
+
+    precision = config.getoption("--rope-precision", None)
+    try:
+        backend = get_backend(name, precision)
+    except BackendUnavailable as exc:
+        backend = exc
+    except Exception as exc:  # noqa: BLE001 - any failure to build the backend is a usage error
+        raise pytest.UsageError(
+            f"--rope-backend {name!r}: {exc}"
+            + ("" if isinstance(exc, ValueError) else f" ({type(exc).__name__} while building the backend)")
+        ) from None
+    setattr(config, _BACKEND_ATTR, backend)
+
+
+def configured_backend(config):
+    """The backend resolved at start-up: a Backend, a ``BackendUnavailable`` error, or ``None``."""
+    return getattr(config, _BACKEND_ATTR, None)

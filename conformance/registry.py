@@ -3,7 +3,10 @@
 Names resolve in this order:
 1. built-in names: ``numpy`` (the oracle), ``torch``, ``torch:cuda``, ``cupy``, ``array-api:<module>``;
 2. ``module:attr`` (``attr`` is a :class:`~rope_ref.conformance.protocol.Backend` subclass, an
-   instance, or a factory called as ``factory(precision=...)``);
+   instance, or a factory called as ``factory(precision=...)``). If ``module`` cannot be found on
+   ``sys.path``, the current working directory is added to the front of ``sys.path`` (as ``python -m``
+   does) and the import is retried, so ``--backend my_backend:MyBackend`` finds ``./my_backend.py``
+   under ``rope-ref conformance run`` and under ``pytest --pyargs rope_ref.conformance`` alike;
 3. the entry-point group ``rope_ref.backends`` (the entry's name is the backend name).
 
 Each built-in lives in a module exposing ``make_backend(precision=None, **options)`` and
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from importlib import metadata
 from typing import Any
 
@@ -74,6 +79,20 @@ def _no_precision(cls: type, name: str, precision: str | None) -> Backend:
     return cls()
 
 
+def _import_user_module(module_name: str):
+    """Import ``module_name``; if it (not one of its own imports) is missing, retry from the cwd."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.partition(".")[0]
+        cwd = os.getcwd()
+        if exc.name not in (module_name, top) or cwd in sys.path or "" in sys.path:
+            raise
+    sys.path.insert(0, cwd)
+    importlib.invalidate_caches()
+    return importlib.import_module(module_name)
+
+
 def get_backend(name: str, precision: str | None = None) -> Backend:
     """Resolve ``name`` to a ready backend instance (see the module docstring for the rules)."""
     if not isinstance(name, str) or not name:
@@ -92,7 +111,7 @@ def get_backend(name: str, precision: str | None = None) -> Backend:
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            module = _import_user_module(module_name)
         except ImportError as exc:
             raise ValueError(f"backend {name!r}: cannot import module {module_name!r} ({exc})") from None
         try:

@@ -5,7 +5,15 @@ wrong shape or dtype, NaN, or an input changed behind the caller's back are each
 of that case, and the run goes on. ``NotImplementedError`` marks a case *unsupported* (counted apart,
 never a pass). Cases whose activations were quantised for another I/O dtype are *skipped*.
 Cases run in the order given (the manifest order), on one backend instance, so that statefulness bugs
-(dynamic NTK state leaking between calls) are visible.
+(dynamic NTK state leaking between calls) are visible; selecting a case with ``-k`` also runs the cases
+it ``requires`` (earlier, in manifest order), so its reproducer line reproduces.
+
+The per-case timeout runs the backend in a worker thread. A case whose call takes longer than the
+timeout is recorded as a ``timeout`` failure whether or not the call eventually returned: a backend
+that holds the GIL (a C extension or a busy loop that never releases it) cannot be interrupted
+in-process, so the runner only regains control, and judges the case, once the call gives the GIL back.
+A call that never returns while holding the GIL hangs the run; only a process-level timeout (for
+example ``timeout 600 rope-ref conformance run ...``) stops it.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ __all__ = [
     "load_xfails",
     "DEFAULT_TIMEOUT",
     "progress_printer",
+    "select_cases",
 ]
 
 #: Outcome of one case. Only ``failed`` (and ``xpassed`` in strict mode) makes a run fail.
@@ -161,6 +170,28 @@ def load_xfails(path: str | Path) -> dict[str, str]:
             )
         entries[parts[0]] = parts[1].strip()
     return entries
+
+
+def select_cases(cases: Sequence[Case], select: str | None = None) -> list[Case]:
+    """The cases whose id matches the regex ``select`` (all when ``None``), plus everything they
+    ``require``, transitively, in the order of ``cases`` (prerequisites come earlier in a manifest)."""
+    if select is None:
+        return list(cases)
+    try:
+        pattern = re.compile(select)
+    except re.error as exc:
+        raise ValueError(f"-k {select!r} is not a valid regular expression: {exc}") from None
+    by_id = {c.id: c for c in cases}
+    wanted = {c.id for c in cases if pattern.search(c.id)}
+    todo = list(wanted)
+    while todo:
+        for req in by_id[todo.pop()].requires:
+            if req not in by_id:
+                raise ValueError(f"a selected case requires {req!r}, which is not in this golden set")
+            if req not in wanted:
+                wanted.add(req)
+                todo.append(req)
+    return [c for c in cases if c.id in wanted]
 
 
 def _xfail_reason(case_id: str, xfails: dict[str, str]) -> tuple[str, str] | None:
@@ -346,6 +377,8 @@ class Runner:
         self.spec = spec or getattr(backend, "name", "?")
         self.precision = precision
         self.golden = golden
+        #: ids of the cases this runner has executed (prerequisites already satisfied, in pytest mode).
+        self.executed: set[str] = set()
 
     # -- one case ---------------------------------------------------------------------------------------
     def reproducer(self, case_id: str) -> str:
@@ -369,6 +402,7 @@ class Runner:
             result.message = f"inputs quantised for io dtype {case.io_dtype}; backend declares {declared}"
             return result
         box: dict[str, Any] = {}
+        self.executed.add(case.id)
 
         def work() -> None:
             try:
@@ -385,6 +419,14 @@ class Runner:
         if worker.is_alive():
             result.status, result.kind = "failed", "timeout"
             result.message = f"the backend did not return within the per-case timeout of {self.timeout:g}s"
+            return result
+        if result.duration > self.timeout:
+            # The call returned, but late: it held the GIL, so join() could not give control back in time.
+            result.status, result.kind = "failed", "timeout"
+            result.message = (
+                f"the backend took {result.duration:.3g}s, more than the per-case timeout of "
+                f"{self.timeout:g}s (it held the GIL, so the call could not be interrupted in-process)"
+            )
             return result
         error = box.get("error")
         if isinstance(error, NotImplementedError):
@@ -526,14 +568,11 @@ class Runner:
         xfails: dict[str, str] | None = None,
         progress: Callable[[int, int, CaseResult], None] | None = None,
     ) -> SuiteReport:
-        """Run ``cases`` in order; ``select`` is a regex searched in each case id (``-k``)."""
-        pattern = None
-        if select is not None:
-            try:
-                pattern = re.compile(select)
-            except re.error as exc:
-                raise ValueError(f"-k {select!r} is not a valid regular expression: {exc}") from None
-        chosen = [c for c in cases if pattern is None or pattern.search(c.id)]
+        """Run ``cases`` in order; ``select`` is a regex searched in each case id (``-k``).
+
+        Cases a selected case ``requires`` run too, before it (:func:`select_cases`).
+        """
+        chosen = select_cases(cases, select)
         xfails = dict(xfails or {})
         used: set[str] = set()
         warnings: list[str] = []

@@ -89,7 +89,7 @@ def safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] |
             raise TypeError(
                 f"tensor {name!r}: dtype {arr.dtype} cannot be stored (allowed: {sorted(NUMPY_TO_ST)})"
             )
-        data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+        data = np.require(arr, dtype=arr.dtype.newbyteorder("<"), requirements="C").tobytes()
         header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
         chunks.append(data)
         offset += len(data)
@@ -206,7 +206,8 @@ def write_npz(path: str | os.PathLike, tensors: dict[str, np.ndarray]) -> None:
             if arr.dtype.hasobject:
                 raise TypeError(f"tensor {name!r} is an object array; npz golden files never use pickle")
             buf = io.BytesIO()
-            np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+            # np.ascontiguousarray would turn a 0-d scalar into shape (1,); np.require keeps the shape.
+            np.lib.format.write_array(buf, np.require(arr, requirements="C"), allow_pickle=False)
             info = zipfile.ZipInfo(name + ".npy", date_time=_ZIP_EPOCH)
             info.external_attr = 0o644 << 16
             zf.writestr(info, buf.getvalue())

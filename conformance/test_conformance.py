@@ -34,20 +34,32 @@ def pytest_generate_tests(metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def rope_runner(request):
+    from rope_ref.conformance.pytest_plugin import configured_backend
     from rope_ref.conformance.registry import BackendUnavailable, get_backend
     from rope_ref.conformance.runner import DEFAULT_TIMEOUT, Runner
 
     config = request.config
     name = _option(config, "--rope-backend")
     precision = _option(config, "--rope-precision")
-    try:
-        backend = get_backend(name, precision)
-    except BackendUnavailable as exc:
-        pytest.skip(f"backend {name!r} unavailable: {exc}")
+    backend = configured_backend(config)  # resolved once by the plugin at start-up
+    if backend is None:  # the plugin did not run (not installed with its entry point)
+        try:
+            backend = get_backend(name, precision)
+        except BackendUnavailable as exc:
+            backend = exc
+    if isinstance(backend, BackendUnavailable):
+        pytest.skip(f"backend {name!r} unavailable: {backend}")
     timeout = _option(config, "--rope-timeout") or DEFAULT_TIMEOUT
     return Runner(
         backend, timeout=timeout, spec=name, precision=precision, golden=_option(config, "--rope-golden")
     )
+
+
+@pytest.fixture(scope="session")
+def rope_cases_by_id(request):
+    from rope_ref.conformance.golden import load_golden
+
+    return {c.id: c for c in load_golden(_option(request.config, "--rope-golden"))}
 
 
 @pytest.fixture(scope="session")
@@ -58,9 +70,18 @@ def rope_xfails(request):
     return load_xfails(path) if path else {}
 
 
-def test_case(rope_case, rope_runner, rope_xfails):
+def _run_prerequisites(case, runner, by_id) -> None:
+    """Cases ``case`` requires run first on the same instance (e.g. under ``-k``), once per session."""
+    for req in case.requires:
+        if req not in runner.executed:
+            _run_prerequisites(by_id[req], runner, by_id)
+            runner.run_case(by_id[req])  # its own verdict is reported by its own test
+
+
+def test_case(rope_case, rope_runner, rope_xfails, rope_cases_by_id):
     from rope_ref.conformance.runner import SuiteReport, _xfail_reason
 
+    _run_prerequisites(rope_case, rope_runner, rope_cases_by_id)
     result = rope_runner.run_case(rope_case)
     if result.status == "skipped":
         pytest.skip(result.message)

@@ -2,8 +2,11 @@
 
 :class:`Float32Backend` is what a careful port looks like: float32 positions times float32 inverse
 frequencies (HF ``_compute_default_rope_parameters`` style), float32 cos/sin and rotation, output
-rounded to the declared I/O dtype. Each ``Broken*`` subclass changes one line, reproducing a real bug
-from ``known-bugs.md``; the conformance suite must fail every one of them (``test_broken_backends.py``).
+rounded to the declared I/O dtype. Each broken subclass makes one deviation, reproducing a real bug from
+``known-bugs.md``: usually a single changed line in one hook; :class:`ScalingDropped` (three hooks) and
+:class:`LongRoPEWrongSide` (two hooks) make their one deviation in each hook that sees the scaling.
+``targets`` names the bug classes each one is built to trip. The conformance suite must fail every one of
+them, at every I/O dtype, in a case of its target class (``test_broken_backends.py``).
 
 Scaled frequencies come from the config's own scaling object (cast to float32), so the broken
 scalings deviate from correct values, not from a second implementation of the formulas.
@@ -36,6 +39,7 @@ class Float32Backend(Backend):
     name = "float32-numpy"
     version = "test"
     device = "cpu"
+    targets: tuple[str, ...] = ()  # correct: no bug class to trip
 
     def __init__(self, io_dtype: str = "float32") -> None:
         self.precision = PrecisionPolicy(io_dtype, "float32", "float32")
@@ -49,7 +53,7 @@ class Float32Backend(Backend):
     def to_numpy(self, array):
         return np.asarray(array)
 
-    # -- hooks the broken subclasses override (one line each) --------------------------------------------
+    # -- hooks the broken subclasses override ------------------------------------------------------------
     def _rope_type(self, cfg) -> str:
         return "default" if cfg.scaling is None else cfg.scaling.to_hf()["rope_type"]
 
@@ -165,11 +169,13 @@ class Float32Backend(Backend):
         return np.abs(partial).astype(F32).mean(axis=-1)
 
 
-# -- the broken backends: one deviation each ------------------------------------------------------------
+# -- the broken backends: one deviation each (``targets``: bug classes it must fail) ---------------------
 
 
 class WrongLayout(Float32Backend):
     """Pairs (i, i + d/2) and (2i, 2i + 1) swapped (vLLM #49290, vllm-metal #44)."""
+
+    targets = ("layout",)
 
     def _pairs(self, cfg, layout):
         return super()._pairs(cfg, "interleaved" if layout == "half" else "half")
@@ -178,6 +184,8 @@ class WrongLayout(Float32Backend):
 class FlippedDirection(Float32Backend):
     """Rotates by -angle: x cos + y sin (TransformerLens #364)."""
 
+    targets = ("rotation_direction",)
+
     def _sin_sign(self):
         return -1.0
 
@@ -185,12 +193,16 @@ class FlippedDirection(Float32Backend):
 class OffByOnePosition(Float32Backend):
     """Positions start at 1 (arange(1, S + 1), a wrong past length)."""
 
+    targets = ("position_offset",)
+
     def _positions(self, positions):
         return super()._positions(np.asarray(positions) + 1)
 
 
 class ExponentOverHeadDim(Float32Backend):
     """theta_i = base^(-2i/head_dim) instead of base^(-2i/rotary_dim) (pie #603, HF #48630)."""
+
+    targets = ("inv_freq_exponent",)
 
     def _inv_freq(self, cfg, seq_len):
         if cfg.scaling is None:
@@ -201,12 +213,16 @@ class ExponentOverHeadDim(Float32Backend):
 class PositionsBF16(Float32Backend):
     """Positions cast to bfloat16 (gpt-neox PR #1016: 257 becomes 256)."""
 
+    targets = ("precision_positions",)
+
     def _positions(self, positions):
         return round_bf16(super()._positions(positions))
 
 
 class PositionsFP16(Float32Backend):
     """Positions cast to float16 (Megatron-LM #535: 2049 becomes 2048)."""
+
+    targets = ("precision_positions",)
 
     def _positions(self, positions):
         return super()._positions(positions).astype(np.float16).astype(F32)
@@ -215,12 +231,16 @@ class PositionsFP16(Float32Backend):
 class AnglesFP16(Float32Backend):
     """The angle product pos * inv_freq computed in float16 (gpt-neox #1003)."""
 
+    targets = ("precision_angles",)
+
     def _angles(self, pos32, omega32):
         return (pos32.astype(np.float16)[..., None] * omega32.astype(np.float16)).astype(F32)
 
 
 class AnglesBF16(Float32Backend):
     """The angle product computed in bfloat16 under autocast (HF PR #29285)."""
+
+    targets = ("precision_angles",)
 
     def _angles(self, pos32, omega32):
         return round_bf16(round_bf16(pos32)[..., None] * round_bf16(omega32))
@@ -229,12 +249,23 @@ class AnglesBF16(Float32Backend):
 class WrongPartialBlock(Float32Backend):
     """Rotates the last rotary_dim channels instead of the first (cascadia #69)."""
 
+    targets = ("partial_rotary",)
+
     def _block(self, cfg):
         return slice(cfg.head_dim - cfg.rotary_dim, cfg.head_dim)
 
 
 class ScalingDropped(Float32Backend):
     """The rope_scaling dict is ignored (`type` vs `rope_type`, mlxcel #1355)."""
+
+    targets = (
+        "scaling_linear",
+        "scaling_ntk",
+        "scaling_dynamic",
+        "scaling_yarn",
+        "scaling_llama3",
+        "scaling_longrope",
+    )
 
     def _rope_type(self, cfg):
         return "default"
@@ -249,6 +280,8 @@ class ScalingDropped(Float32Backend):
 class LinearTwice(Float32Backend):
     """Linear scaling applied to inv_freq and again to the positions (sglang PR #33558)."""
 
+    targets = ("scaling_linear",)
+
     def _inv_freq(self, cfg, seq_len):
         inv = super()._inv_freq(cfg, seq_len)
         return inv / F32(cfg.scaling.factor) if self._rope_type(cfg) == "linear" else inv
@@ -257,12 +290,16 @@ class LinearTwice(Float32Backend):
 class YarnFactorDropped(Float32Backend):
     """YaRN's attention factor (mscale) left out of cos and sin (vLLM PR #46280)."""
 
+    targets = ("yarn_attention_factor",)
+
     def _factor(self, cfg, seq_len):
         return 1.0 if self._rope_type(cfg) == "yarn" else super()._factor(cfg, seq_len)
 
 
 class YarnFactorTwice(Float32Backend):
     """YaRN's attention factor applied to cos/sin and again to the output (DeepSeek ports)."""
+
+    targets = ("yarn_attention_factor",)
 
     def _factor(self, cfg, seq_len):
         f = super()._factor(cfg, seq_len)
@@ -271,6 +308,8 @@ class YarnFactorTwice(Float32Backend):
 
 class DynamicNTKLeak(Float32Backend):
     """Dynamic NTK keeps the longest sequence length it has seen (HF #25306: the base never shrinks)."""
+
+    targets = ("scaling_dynamic_state",)
 
     _longest = 0
 
@@ -282,6 +321,8 @@ class DynamicNTKLeak(Float32Backend):
 
 class LongRoPEWrongSide(Float32Backend):
     """LongRoPE switches to long factors at seq_len == original context (`>=` for `>`, llama.cpp #24823)."""
+
+    targets = ("scaling_longrope_switch",)
 
     def _inv_freq(self, cfg, seq_len):
         bump = self._rope_type(cfg) == "longrope" and seq_len is not None
@@ -295,12 +336,16 @@ class LongRoPEWrongSide(Float32Backend):
 class ChatGLMIdsSwapped(Float32Backend):
     """ChatGLM-6B position ids and block position ids swapped between the two halves."""
 
+    targets = ("chatglm_2d",)
+
     def _chatglm_ids(self, position_ids, block_position_ids):
         return block_position_ids, position_ids
 
 
 class BatchRow0Positions(Float32Backend):
     """Batch row 0's positions used for every row (HF PR #29109, ChatGLM-Tuning #11)."""
+
+    targets = ("per_row_positions",)
 
     def _positions(self, positions):
         pos = np.asarray(positions)
@@ -309,6 +354,8 @@ class BatchRow0Positions(Float32Backend):
 
 class OnlyHead0(Float32Backend):
     """Only head 0 of x (batch, heads, seq, head_dim) rotated (aprender PR #2079)."""
+
+    targets = ("heads",)
 
     def _rotated_heads(self, out, x):
         return np.concatenate([out[:, :1], x[:, 1:]], axis=1) if out.ndim == 4 else out

@@ -111,6 +111,12 @@ def test_hf_config_custom_set(tmp_path):
     assert main(["golden", "verify", str(root)]) == 0
 
 
+def _npz_specs(path):
+    """``{key: (dtype name, shape)}`` of every member of an npz, read without pickle."""
+    with np.load(path, allow_pickle=False) as z:
+        return {k: (z[k].dtype.name, z[k].shape) for k in z.files}
+
+
 def test_npz_format_and_ops(tmp_path):
     root = tmp_path / "n"
     argv = [
@@ -130,10 +136,101 @@ def test_npz_format_and_ops(tmp_path):
     assert main(argv) == 0
     files = sorted(p.name for p in root.iterdir())
     assert files == ["apply-hf_config-fp32.npz", "cos_sin-hf_config.npz", "manifest.json"]
-    with np.load(root / "apply-hf_config-fp32.npz", allow_pickle=False) as z:
-        assert set(z.files) == {"inputs.x", "inputs.positions", "expected.out"}
-        assert z["inputs.x"].shape == (1, 8, 2, 128)
+    assert _npz_specs(root / "apply-hf_config-fp32.npz") == {
+        "inputs.x": ("float32", (1, 8, 2, 128)),
+        "inputs.positions": ("int64", (8, 1)),
+        "expected.out": ("float64", (1, 8, 2, 128)),
+        "aux.inv_freq": ("float64", (64,)),
+        "aux.attention_factor": ("float64", ()),
+    }
+    assert _npz_specs(root / "cos_sin-hf_config.npz") == {
+        "inputs.positions": ("int64", (8,)),
+        "expected.cos": ("float64", (8, 64)),
+        "expected.sin": ("float64", (8, 64)),
+        "aux.inv_freq": ("float64", (64,)),
+        "aux.attention_factor": ("float64", ()),
+    }
     assert main(["golden", "verify", str(root)]) == 0
+
+
+def _manifest_specs(root):
+    """``{file: {key: (dtype, shape)}}`` as the manifest lists them."""
+    m = json.loads((root / "manifest.json").read_text())
+    return {
+        c["file"]: {
+            f"{role}.{name}": (spec["dtype"], tuple(spec["shape"]))
+            for role in ("inputs", "expected", "aux")
+            for name, spec in c.get(role, {}).items()
+        }
+        for c in m["cases"]
+    }
+
+
+@pytest.mark.parametrize(("preset", "dtype"), [("llama-3.1-8b", None), ("qwen2.5-7b-yarn", "fp64")])
+def test_npz_default_ops_preset_round_trip(tmp_path, capsys, preset, dtype):
+    """The default --ops include the scalar attention_factor (stored as shape (), never (1,))."""
+    root = tmp_path / "n"
+    argv = ["golden", "generate", "--preset", preset, "--format", "npz", "--out", str(root)]
+    assert main(argv + (["--dtype", dtype] if dtype else [])) == 0
+    specs = _manifest_specs(root)
+    assert sorted(f.split("-")[0] for f in specs) == sorted(
+        ["inv_freq", "attention_factor", "cos_sin", "apply", "apply_vjp"]
+    )
+    for file, listed in specs.items():
+        assert _npz_specs(root / file) == listed, file
+    factor = next(f for f in specs if f.startswith("attention_factor-"))
+    assert _npz_specs(root / factor)["expected.value"] == ("float64", ())
+    assert main(["golden", "verify", str(root)]) == 0
+    report = tmp_path / "r.json"
+    argv = [
+        "conformance",
+        "run",
+        "--backend",
+        "numpy",
+        "--golden",
+        str(root),
+        "-q",
+        "--json-report",
+        str(report),
+    ]
+    assert main(argv) == 0
+    counts = json.loads(report.read_text())["counts"]
+    # fp64 activations run on the float64 oracle; fp32 ones are skipped, never failed.
+    assert counts["failed"] == 0 and counts["passed"] == (5 if dtype == "fp64" else 3)
+    capsys.readouterr()
+
+
+def test_npz_full_catalogue_round_trip(tmp_path, capsys):
+    """The whole catalogue as npz: same tensors (dtype and shape exactly) as safetensors, verifies, and
+    the oracle passes it."""
+    root = tmp_path / "n"
+    assert main(["golden", "generate", "--format", "npz", "--out", str(root)]) == 0
+    specs = _manifest_specs(root)
+    shipped = _manifest_specs(golden.shipped_dir())
+    assert {f.removesuffix(".npz"): v for f, v in specs.items()} == {
+        f.removesuffix(".safetensors"): v for f, v in shipped.items()
+    }
+    for file, listed in specs.items():
+        assert _npz_specs(root / file) == listed, file
+    assert main(["golden", "verify", str(root)]) == 0
+    report = tmp_path / "r.json"
+    argv = [
+        "conformance",
+        "run",
+        "--backend",
+        "numpy",
+        "--golden",
+        str(root),
+        "-q",
+        "--json-report",
+        str(report),
+    ]
+    assert main(argv) == 0
+    counts = json.loads(report.read_text())["counts"]
+    assert counts["failed"] == 0 and counts["passed"] == sum(
+        c.io_dtype in (None, "float64") for c in golden.load_golden(root)
+    )
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen2.5-7b-yarn", "gpt-j-6b", "chatglm-6b"])

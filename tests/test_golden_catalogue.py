@@ -135,8 +135,7 @@ def test_every_scaling_type_beyond_twice_the_original_context(shipped):
         seen[s["rope_type"]] = max(seen[s["rope_type"]], float(np.max(c.inputs["positions"])) / orig)
     assert set(seen) == {"linear", "ntk", "dynamic", "yarn", "llama3", "longrope"}
     for kind, ratio in seen.items():
-        if kind != "longrope":  # LongRoPE's cases sit on its switch point instead
-            assert ratio >= 2.0, (kind, ratio)
+        assert ratio >= 2.0, (kind, ratio)
 
 
 def test_dynamic_statelessness_pair_is_ordered(shipped):
@@ -228,6 +227,58 @@ def test_longrope_switch_explicit(shipped):
         np.testing.assert_allclose(got, [t / f for t, f in zip(theta, lr[key], strict=True)], rtol=1e-15)
         af = float(shipped[f"attention_factor-longrope_d32-L{seq_len}"].expected["value"])
         assert af == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)), rel=1e-15)
+
+
+def test_longrope_far_beyond_the_context_explicit(shipped):
+    """Applied at up to 32x the 4096 context: long factors and the attention factor, by hand."""
+    lr = catalogue._longrope_dict()
+    inv = [10000.0 ** (-2 * i / 32) / f for i, f in enumerate(lr["long_factor"])]
+    factor = math.sqrt(1 + math.log(32) / math.log(4096))
+    for dt in ("fp64", "fp32", "fp16", "bf16"):
+        c = shipped[f"apply-longrope_far_d32-{dt}"]
+        assert float(np.max(c.inputs["positions"])) >= 2 * lr["original_max_position_embeddings"]
+        want = _rotate_loop(c.inputs["x"], c.inputs["positions"], inv, "half", 32, factor)
+        np.testing.assert_allclose(c.expected["out"], want, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(c.aux["inv_freq"], inv, rtol=1e-15)
+        assert float(c.aux["attention_factor"]) == pytest.approx(factor, rel=1e-15)
+        # position 0 is x times the attention factor (which must not be dropped)
+        zero = np.flatnonzero(np.asarray(c.inputs["positions"]) == 0)[0]
+        x0 = c.inputs["x"][:, zero].astype(np.float64)
+        np.testing.assert_allclose(c.expected["out"][:, zero], factor * x0, rtol=1e-15)
+
+
+def test_aux_tables_match_an_independent_derivation(shipped):
+    """Every cos_sin/apply/apply_vjp file carries the inv_freq and attention factor it was built with."""
+    for c in shipped.values():
+        if c.op not in ("cos_sin", "apply", "apply_vjp"):
+            assert not c.aux, c.id
+            continue
+        assert set(c.aux) == {"inv_freq", "attention_factor"}, c.id
+        assert (
+            c.aux["inv_freq"].shape == (c.config["rotary_dim"] // 2,)
+            and c.aux["attention_factor"].shape == ()
+        )
+        if c.config["scaling"] is None:
+            rd, base = c.config["rotary_dim"], c.config["base"]
+            np.testing.assert_allclose(
+                c.aux["inv_freq"], [base ** (-2 * i / rd) for i in range(rd // 2)], rtol=1e-14
+            )
+            assert float(c.aux["attention_factor"]) == 1.0
+        if c.op == "cos_sin":  # cos = A cos(m theta) with the stored tables
+            m = np.asarray(c.inputs["positions"], dtype=np.float64)[..., None]
+            want = float(c.aux["attention_factor"]) * np.cos(m * c.aux["inv_freq"])
+            np.testing.assert_allclose(c.expected["cos"], want, rtol=0, atol=1e-9)
+
+
+def test_requires_names_earlier_cases(shipped):
+    ids = list(shipped)
+    with_requires = {i: c.requires for i, c in shipped.items() if c.requires}
+    assert set(with_requires) == {
+        f"apply-dynamic_short_after_long_d64-{d}" for d in ("fp64", "fp32", "fp16", "bf16")
+    }
+    for cid, reqs in with_requires.items():
+        assert reqs == [cid.replace("dynamic_short_after_long", "dynamic_long")]
+        assert ids.index(reqs[0]) < ids.index(cid)
 
 
 def test_yarn_attention_factors(shipped):

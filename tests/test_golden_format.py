@@ -188,7 +188,38 @@ def _mutations():
         ("head_dim", lambda m: case0(m)["config"].__setitem__("head_dim", 7)),
         ("missing key", lambda m: case0(m).pop("bug_class")),
         ("empty expected", lambda m: case0(m).__setitem__("expected", {})),
+        ("requires type", lambda m: case0(m).__setitem__("requires", "apply-x")),
+        ("requires id", lambda m: case0(m).__setitem__("requires", ["../evil"])),
+        ("requires duplicate", lambda m: case0(m).__setitem__("requires", ["a", "a"])),
+        ("aux dtype", lambda m: case0(m).__setitem__("aux", {"inv_freq": {"dtype": "object", "shape": [2]}})),
+        ("aux name", lambda m: case0(m).__setitem__("aux", {"a/b": {"dtype": "float64", "shape": []}})),
     ]
+
+
+def test_requires_must_name_an_earlier_case():
+    """The validator (beyond the JSON Schema) also requires prerequisites to come earlier."""
+    _, manifest = golden.read_manifest()
+    manifest = json.loads(json.dumps(manifest))
+    ids = [c["id"] for c in manifest["cases"]]
+    manifest["cases"][1]["requires"] = [ids[0]]
+    validate_manifest(manifest, "x/manifest.json")
+    jsonschema.validate(manifest, SCHEMA)
+    for bad in ([ids[2]], [ids[1]], ["no-such-case"]):
+        manifest["cases"][1]["requires"] = bad
+        with pytest.raises(GoldenError, match="not the id of an earlier case"):
+            validate_manifest(manifest, "x/manifest.json")
+
+
+def test_requires_and_aux_round_trip(tmp_path):
+    cases = [c for c in catalogue.build_catalogue() if "dynamic_" in c.id and c.id.endswith("-fp32")]
+    assert any(c.requires for c in cases) and all(c.aux for c in cases)
+    for fmt in ("safetensors", "npz"):
+        loaded = load_golden(write_golden(cases, tmp_path / fmt, generator="t", source="custom", fmt=fmt))
+        for a, b in zip(cases, loaded, strict=True):
+            assert a.requires == b.requires and set(a.aux) == set(b.aux)
+            for k in a.aux:
+                assert a.aux[k].shape == b.aux[k].shape and a.aux[k].dtype == b.aux[k].dtype
+                np.testing.assert_array_equal(a.aux[k], b.aux[k])
 
 
 @pytest.mark.parametrize("label, mutate", _mutations(), ids=[m[0] for m in _mutations()])
@@ -327,3 +358,148 @@ def test_npz_golden_dir_roundtrip(tmp_path):
             assert a.inputs[k].dtype == b.inputs[k].dtype
         for k in a.expected:
             np.testing.assert_array_equal(a.expected[k], b.expected[k])
+
+
+# -- docs/golden-format.md §4 as a foreign reader would implement it ----------------------------------------
+
+_U = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+_TINY = {"float64": 2.0**-1022, "float32": 2.0**-126, "float16": 2.0**-14, "bfloat16": 2.0**-126}
+
+
+def _doc_k(w):
+    w = np.abs(np.asarray(w, dtype=np.float64))
+    with np.errstate(divide="ignore"):
+        return 8.0 + 2.0 * np.where(w > 0, np.abs(np.log(np.where(w > 0, w, 1.0))), 0.0)
+
+
+def _doc_pairs(n, layout):
+    i = np.arange(n)
+    return (i, i + n) if layout == "half" else (2 * i, 2 * i + 1)
+
+
+def _doc_rotation(v, positions, theta, factor, rotary_dim, layout, u_a, u_r, floor):
+    """§4.2 rotation rule: (tol, exact mask, per-pair norm tolerance, amplitude)."""
+    n = rotary_dim // 2
+    a, b = _doc_pairs(n, layout)
+    lead = v.shape[:-1]
+    pos = np.asarray(positions, dtype=np.float64)
+    pos = pos.reshape((1,) * (len(lead) - pos.ndim) + pos.shape)
+    t = np.broadcast_to(pos[..., None] * theta, lead + (n,))
+    amp = abs(factor) * np.hypot(v[..., a], v[..., b])
+    pair_tol = amp * (_doc_k(theta) * np.abs(t) * u_a + 8 * u_r) + floor
+    tol = np.zeros(v.shape)
+    tol[..., a], tol[..., b] = pair_tol, pair_tol
+    exact = np.zeros(v.shape, dtype=bool)
+    exact[..., rotary_dim:] = True
+    if factor == 1.0:
+        exact[..., :rotary_dim] |= np.broadcast_to(pos == 0, lead)[..., None]
+    tol[exact] = 0.0
+    return tol, exact, amp * 8 * u_r + floor, amp
+
+
+def _doc_tolerances(entry, t, policy):
+    """Per expected output: (tol, exact) from the manifest entry, the file's tensors and the policy only."""
+    io, angle, compute = policy
+    u_a, u_r = min(_U[angle], 2.0**-24), _U[io] + min(_U[angle], 2.0**-24) + _U[compute]
+    floor = 4 * max(_TINY[io], _TINY[compute])
+    rule, cfg, out = entry["tolerance"], entry["config"], {}
+    for name in entry["expected"]:
+        e = t[f"expected.{name}"].astype(np.float64)
+        if rule == "table":
+            out[name] = (np.abs(e) * _doc_k(e) * u_a + floor, np.zeros(e.shape, bool))
+        elif rule == "trig":
+            theta, A = t["aux.inv_freq"], float(t["aux.attention_factor"])
+            ang = np.asarray(t["inputs.positions"], dtype=np.float64)[..., None] * theta
+            out[name] = (
+                abs(A) * (_doc_k(theta) * np.abs(ang) * u_a + 8 * u_r) + floor,
+                np.zeros(e.shape, bool),
+            )
+        elif rule == "decay":
+            rd = cfg["rotary_dim"]
+            theta = cfg["base"] ** (-2.0 * np.arange(rd // 2) / rd)
+            r = np.abs(t["inputs.distances"].astype(np.float64))
+            phase = u_a * np.sum(_doc_k(theta) * theta)
+            out[name] = (r * phase + u_r * ((rd // 2) ** 2 + 8 * np.abs(e)) + floor, np.zeros(e.shape, bool))
+        elif entry["op"] == "chatglm_apply_2d":
+            x = t["inputs.x"].astype(np.float64)
+            h = x.shape[-1] // 2
+            theta = entry["params"]["base"] ** (-2.0 * np.arange(h // 2) / h)
+            tol, exact = np.zeros(x.shape), np.zeros(x.shape, bool)
+            for ch, ids in ((slice(0, h), "position_ids"), (slice(h, None), "block_position_ids")):
+                part = x[..., ch]
+                if rule == "emulation":
+                    a, b = _doc_pairs(h // 2, "half")
+                    pair_tol = 3 * 2 * 2.0**-11 * np.hypot(part[..., a], part[..., b]) + 2.0**-24
+                    sub = np.zeros(part.shape)
+                    sub[..., a], sub[..., b] = pair_tol, pair_tol
+                    tol[..., ch] = sub
+                else:
+                    tol[..., ch], exact[..., ch], _, _ = _doc_rotation(
+                        part, t[f"inputs.{ids}"], theta, 1.0, h, "half", u_a, u_r, floor
+                    )
+            out[name] = (tol, exact)
+        elif rule == "rotation":
+            v = t["inputs.grad_out" if entry["op"] == "apply_vjp" else "inputs.x"].astype(np.float64)
+            tol, exact, _, _ = _doc_rotation(
+                v,
+                t["inputs.positions"],
+                t["aux.inv_freq"],
+                float(t["aux.attention_factor"]),
+                cfg["rotary_dim"],
+                cfg["layout"],
+                u_a,
+                u_r,
+                floor,
+            )
+            out[name] = (tol, exact)
+    return out
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        ("float32",) * 3,
+        ("bfloat16", "float32", "float32"),
+        ("float16", "bfloat16", "float16"),
+        ("float64",) * 3,
+    ],
+    ids=lambda p: "/".join(p),
+)
+def test_documented_procedure_reproduces_the_tolerance_model(policy):
+    """docs/golden-format.md §4.2, implemented from the manifest, raw tensors and aux alone (no rope_ref
+    maths), gives the runner's tolerances and exact masks for every non-exact shipped case."""
+    from rope_ref.conformance.protocol import PrecisionPolicy
+    from rope_ref.conformance.tolerance import element_tolerance
+
+    root, manifest = golden.read_manifest()
+    loaded = {c.id: c for c in load_golden()}
+    checked = 0
+    for entry in manifest["cases"]:
+        if entry["tolerance"] == "exact":
+            continue
+        tensors, _ = read_safetensors(root / entry["file"])
+        case = loaded[entry["id"]]
+        for name, (tol, exact) in _doc_tolerances(entry, tensors, policy).items():
+            bounds = element_tolerance(case, name, PrecisionPolicy(*policy))
+            np.testing.assert_array_equal(exact, bounds.exact, err_msg=entry["id"])
+            np.testing.assert_allclose(tol, bounds.tol, rtol=1e-12, atol=0, err_msg=entry["id"])
+            checked += 1
+        if entry["op"] in ("apply", "apply_vjp"):  # the pair-norm check of §4.2
+            u_a = min(_U[policy[1]], 2.0**-24)
+            _, _, norm_tol, amp = _doc_rotation(
+                tensors["inputs.grad_out" if entry["op"] == "apply_vjp" else "inputs.x"].astype(np.float64),
+                tensors["inputs.positions"],
+                tensors["aux.inv_freq"],
+                float(tensors["aux.attention_factor"]),
+                entry["config"]["rotary_dim"],
+                entry["config"]["layout"],
+                u_a,
+                _U[policy[0]] + u_a + _U[policy[2]],
+                4 * max(_TINY[policy[0]], _TINY[policy[2]]),
+            )
+            (_, _, _, want_amp, want_tol) = element_tolerance(case, "out", PrecisionPolicy(*policy)).norms[0]
+            np.testing.assert_allclose(amp, want_amp, rtol=1e-14, err_msg=entry["id"])
+            np.testing.assert_allclose(norm_tol, want_tol, rtol=1e-12, err_msg=entry["id"])
+    assert checked == sum(c.tolerance != "exact" for c in loaded.values()) + sum(
+        c.op == "cos_sin" for c in loaded.values()
+    )

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import subprocess
 import sys
 import threading
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -27,6 +29,12 @@ import rope_ref
 from rope_ref.cli import main
 
 TESTS = Path(__file__).parent
+
+
+def _shipped_cases():
+    from rope_ref.conformance.golden import load_golden
+
+    return load_golden()
 
 
 def apply_case(cid: str, positions=(0, 1, 5, 300), head_dim: int = 16) -> Case:
@@ -330,3 +338,161 @@ def test_documented_example_backend_runs_and_passes(monkeypatch, capsys, tmp_pat
 def test_example_is_quoted_verbatim_in_the_guide():
     guide = (TESTS.parent / "docs" / "writing-a-backend.md").read_text()
     assert (EXAMPLES / "minimal_backend.py").read_text() in guide
+
+
+# -- order-dependent cases: prerequisites run first under -k -----------------------------------------------
+
+
+def test_select_includes_prerequisites_in_manifest_order():
+    from rope_ref.conformance.runner import select_cases
+
+    a, b, c = (apply_case(f"apply-{n}") for n in "xyz")
+    c.requires = ["apply-y"]
+    b.requires = ["apply-x"]
+    assert [k.id for k in select_cases([a, b, c], "^apply-z$")] == ["apply-x", "apply-y", "apply-z"]
+    assert [k.id for k in select_cases([a, b, c], "-x$")] == ["apply-x"]
+    c.requires = ["apply-missing"]
+    with pytest.raises(ValueError, match="apply-missing"):
+        select_cases([a, b, c], "-z$")
+
+
+def test_dynamic_ntk_leak_reproducer_reproduces(capsys, tmp_path, broken_on_path):
+    """The printed one-line reproducer of the state-leak failure fails again on its own."""
+    spec = "broken_backends:DynamicNTKLeak"
+    target = "apply-dynamic_short_after_long_d64-fp32"
+    assert (
+        main(["conformance", "run", "--backend", spec, "-q", "--json-report", str(tmp_path / "all.json")])
+        == 1
+    )
+    full = {c["id"]: c for c in json.loads((tmp_path / "all.json").read_text())["cases"]}
+    assert full[target]["status"] == "failed"
+    argv = shlex.split(full[target]["reproducer"])
+    assert argv[-2:] == ["-k", f"^{target}$"]
+    assert main(argv[1:] + ["-q", "--json-report", str(tmp_path / "one.json")]) == 1
+    one = json.loads((tmp_path / "one.json").read_text())["cases"]
+    # The long case it requires ran first, on the same instance, and the short case failed again.
+    assert [(c["id"], c["status"]) for c in one] == [
+        ("apply-dynamic_long_d64-fp32", "passed"),
+        (target, "failed"),
+    ]
+    capsys.readouterr()
+    main(["conformance", "run", "--backend", "numpy", "--list", "-k", f"^{target}$"])
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in listed] == ["apply-dynamic_long_d64-fp32", target]
+    assert "runs after apply-dynamic_long_d64-fp32" in listed[1]
+
+
+# -- a backend that holds the GIL past the timeout ----------------------------------------------------------
+
+
+class HoldsGIL(OracleBackend):
+    """Busy-loops in Python with a huge switch interval: the runner's thread cannot run until it returns."""
+
+    def apply(self, x, positions, cfg, seq_len=None):
+        out = super().apply(x, positions, cfg, seq_len)
+        if not hasattr(self, "done"):
+            self.done = True
+            old = sys.getswitchinterval()
+            sys.setswitchinterval(60.0)
+            try:
+                end = time.perf_counter() + 0.6
+                while time.perf_counter() < end:
+                    pass
+            finally:
+                sys.setswitchinterval(old)
+        return out
+
+
+def test_late_return_while_holding_the_gil_is_a_timeout():
+    report = run(HoldsGIL(), timeout=0.2)
+    first = report.results[0]
+    assert (first.status, first.kind) == ("failed", "timeout")
+    assert first.duration > 0.2 and "held the GIL" in first.message
+    assert [r.status for r in report.results[1:]] == ["passed", "passed"]
+
+
+# -- backend discovery through the 'rope_ref.backends' entry-point group ----------------------------------
+
+
+def test_entry_point_backend_is_discovered(tmp_path, monkeypatch):
+    """A fake installed distribution (a .dist-info on sys.path) registers a backend by name."""
+    from rope_ref.conformance.registry import ENTRY_POINT_GROUP, get_backend
+
+    (tmp_path / "ep_backend_pkg.py").write_text(
+        "from rope_ref.conformance.oracle_backend import OracleBackend\n"
+        "class EPBackend(OracleBackend):\n"
+        "    name = 'entry-point-oracle'\n"
+        "def factory(precision=None):\n"
+        "    b = EPBackend()\n"
+        "    b.asked = precision\n"
+        "    return b\n"
+    )
+    dist = tmp_path / "rope_ref_fake_backend-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rope-ref-fake-backend\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\nfake-ep = ep_backend_pkg:EPBackend\nfake-factory = ep_backend_pkg:factory\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ep_backend_pkg", raising=False)
+    backend = get_backend("fake-ep")
+    assert type(backend).__name__ == "EPBackend" and backend.name == "entry-point-oracle"
+    assert get_backend("fake-factory", "fp64").asked == "fp64"
+    assert Runner(backend).run(CASES).ok
+    with pytest.raises(ValueError, match="unknown backend"):
+        get_backend("fake-ep-not-registered")
+
+
+# -- the suite under pytest (`pytest --pyargs rope_ref.conformance`) ---------------------------------------
+
+
+def _pytest(args, cwd):
+    # -P: like the `pytest` script, do not put the current directory on sys.path (`python -m` would).
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "pytest",
+        "--pyargs",
+        "rope_ref.conformance",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    ]
+    return subprocess.run(cmd + args, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def _summary(proc) -> str:
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_pytest_mode_numpy(tmp_path):
+    proc = _pytest(["--rope-backend", "numpy"], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    n = sum(c.io_dtype in (None, "float64") for c in _shipped_cases())
+    assert f"{n} passed" in _summary(proc) and "error" not in _summary(proc)
+
+
+def test_pytest_mode_documented_minimal_backend_command():
+    """The command of docs/writing-a-backend.md, run from the example's directory, passes."""
+    proc = _pytest(["--rope-backend", "minimal_backend:MinimalBackend", "--rope-precision", "fp32"], EXAMPLES)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert " passed" in _summary(proc) and "error" not in _summary(proc)
+
+
+def test_pytest_mode_bad_backend_is_one_usage_error(tmp_path):
+    proc = _pytest(["--rope-backend", "no_such_module:Backend"], tmp_path)
+    assert proc.returncode == 4  # pytest's usage-error exit code, before any test runs
+    assert "no_such_module" in proc.stderr and "passed" not in proc.stdout and "error" not in proc.stdout
+    assert proc.stderr.count("ERROR") == 1
+
+
+def test_pytest_mode_prerequisites_run_under_k(tmp_path):
+    """`-k` on the short dynamic-NTK case still runs its long prerequisite first, so the leak is caught."""
+    (tmp_path / "leaky.py").write_text((TESTS / "broken_backends.py").read_text())
+    target = "apply-dynamic_short_after_long_d64-fp32"
+    proc = _pytest(["--rope-backend", "leaky:DynamicNTKLeak", "-k", target], tmp_path)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "FAILED " in proc.stdout and target in proc.stdout and "1 failed" in _summary(proc)
+    fixed = _pytest(["--rope-backend", "leaky:Float32Backend", "-k", target], tmp_path)
+    assert fixed.returncode == 0 and "1 passed" in _summary(fixed)
