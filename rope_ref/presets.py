@@ -138,14 +138,18 @@ def _chatglm2_6b() -> RopeConfig:
 def _chatglm2_6b_32k() -> RopeConfig:
     """THUDM/chatglm2-6b-32k ``config.json``: ``rope_ratio`` 16. Its ``modeling_chatglm.py`` divides the
     positions: ``seq_idx = arange(seq_len) / rope_ratio`` (linear interpolation, PI), base unchanged
-    (quoted side by side with ChatGLM3's in ztxz16/fastllm issue #374). ``Linear(16)``."""
+    (quoted side by side with ChatGLM3's in ztxz16/fastllm issue #374). ``Linear(16)``. The model card
+    confirms positional interpolation; the value 16 (32768 / 2048) could not be checked against a stored
+    copy of this config.json and should be confirmed before relying on it."""
     return RopeConfig(128, layout="interleaved", rotary_dim=64, base=10000.0, scaling=Linear(16.0))
 
 
 def _chatglm3_6b_32k() -> RopeConfig:
     """THUDM/chatglm3-6b-32k ``config.json``: ``rope_ratio`` 50. Its ``modeling_chatglm.py`` multiplies the
     base instead: ``base = base * rope_ratio`` (ztxz16/fastllm #374; intel/ipex-llm PR #11303; alibaba/
-    rtp-llm ``models/chat_glm_v3.py`` ``rope_theta * rope_ratio``) -> base 500000, positions unscaled."""
+    rtp-llm ``models/chat_glm_v3.py`` ``rope_theta * rope_ratio``) -> base 500000, positions unscaled.
+    The value 50 for the 32k model also appears in mindspore-lab/mindformers
+    ``research/glm32k/predict_glm32k.yaml`` (``seq_length: 32768``, ``rope_ratio: 50``)."""
     return RopeConfig(128, layout="interleaved", rotary_dim=64, base=10000.0 * 50)
 
 
