@@ -117,6 +117,14 @@ def _npz_specs(path):
         return {k: (z[k].dtype.name, z[k].shape) for k in z.files}
 
 
+def _oracle_counts(root, tmp_path) -> dict:
+    """Run the numpy oracle over the golden set at ``root``; require exit 0; return the report's counts."""
+    report = tmp_path / "r.json"
+    argv = ["conformance", "run", "--backend", "numpy", "--golden", str(root), "-q"]
+    assert main([*argv, "--json-report", str(report)]) == 0
+    return json.loads(report.read_text())["counts"]
+
+
 def test_npz_format_and_ops(tmp_path):
     root = tmp_path / "n"
     argv = [
@@ -181,20 +189,7 @@ def test_npz_default_ops_preset_round_trip(tmp_path, capsys, preset, dtype):
     factor = next(f for f in specs if f.startswith("attention_factor-"))
     assert _npz_specs(root / factor)["expected.value"] == ("float64", ())
     assert main(["golden", "verify", str(root)]) == 0
-    report = tmp_path / "r.json"
-    argv = [
-        "conformance",
-        "run",
-        "--backend",
-        "numpy",
-        "--golden",
-        str(root),
-        "-q",
-        "--json-report",
-        str(report),
-    ]
-    assert main(argv) == 0
-    counts = json.loads(report.read_text())["counts"]
+    counts = _oracle_counts(root, tmp_path)
     # fp64 activations run on the float64 oracle; fp32 ones are skipped, never failed.
     assert counts["failed"] == 0 and counts["passed"] == (5 if dtype == "fp64" else 3)
     capsys.readouterr()
@@ -213,20 +208,7 @@ def test_npz_full_catalogue_round_trip(tmp_path, capsys):
     for file, listed in specs.items():
         assert _npz_specs(root / file) == listed, file
     assert main(["golden", "verify", str(root)]) == 0
-    report = tmp_path / "r.json"
-    argv = [
-        "conformance",
-        "run",
-        "--backend",
-        "numpy",
-        "--golden",
-        str(root),
-        "-q",
-        "--json-report",
-        str(report),
-    ]
-    assert main(argv) == 0
-    counts = json.loads(report.read_text())["counts"]
+    counts = _oracle_counts(root, tmp_path)
     assert counts["failed"] == 0 and counts["passed"] == sum(
         c.io_dtype in (None, "float64") for c in golden.load_golden(root)
     )
