@@ -13,6 +13,7 @@ import rope_ref
 from ._torch_core import freq_table
 from ._torch_extras import chatglm_apply_2d, chatglm_position_ids, decay_upper_bound
 from ._torch_module import RotaryEmbedding, apply
+from ._torch_triton import check_kernel
 
 __all__ = ["TorchBackend", "POLICIES"]
 
@@ -36,13 +37,20 @@ class TorchBackend(Backend):
     """This adapter behind the conformance protocol; every per-position computation is torch.
 
     ``apply_vjp`` runs real autograd through :class:`RotateFunction` (``autograd="function"``) or plain
-    autograd (``"native"``).
+    autograd (``"native"``). ``kernel`` picks the rotation kernel (``"torch"`` or ``"triton"``); the
+    Triton kernel's names are ``torch:triton`` (CUDA) and, under Triton's interpreter, ``torch+triton``.
     """
 
     name = "torch"
     version = torch.__version__
 
-    def __init__(self, precision: str | None = None, device: str = "cpu", autograd: str = "function") -> None:
+    def __init__(
+        self,
+        precision: str | None = None,
+        device: str = "cpu",
+        autograd: str = "function",
+        kernel: str = "torch",
+    ) -> None:
         io = canonical_dtype(precision if precision is not None else "float32", "precision")
         self.precision = POLICIES[io]
         self._io = _TORCH_DTYPES[io]
@@ -51,7 +59,11 @@ class TorchBackend(Backend):
         if self._device.type == "cuda" and self._device.index is None:
             self._device = torch.device("cuda", torch.cuda.current_device())
         self.device = str(self._device)
-        self.name = "torch" if self._device.type == "cpu" else f"torch:{self._device.type}"
+        self.kernel = check_kernel(kernel)
+        if self._device.type == "cpu":
+            self.name = "torch" if kernel == "torch" else f"torch+{kernel}"
+        else:
+            self.name = f"torch:{self._device.type}" if kernel == "torch" else f"torch:{kernel}"
         if autograd not in ("function", "native"):
             raise ValueError(f"autograd must be 'function' or 'native', got {autograd!r}")
         self.autograd = autograd
@@ -83,7 +95,15 @@ class TorchBackend(Backend):
         return module.tables(positions, seq_len=seq_len, device=self._device)
 
     def apply(self, x, positions, cfg, seq_len=None):
-        return apply(x, positions, cfg, seq_len=seq_len, angle_dtype=self._angle, autograd=self.autograd)
+        return apply(
+            x,
+            positions,
+            cfg,
+            seq_len=seq_len,
+            angle_dtype=self._angle,
+            autograd=self.autograd,
+            kernel=self.kernel,
+        )
 
     def apply_vjp(self, x, positions, cfg, grad_out, seq_len=None):
         if seq_len is None:
@@ -92,7 +112,15 @@ class TorchBackend(Backend):
             seq_len = rope_ref.frequencies.resolve_seq_len(pos.detach().cpu().double().numpy(), cfg, None)
         leaf = x.detach().clone().requires_grad_(True)
         with torch.enable_grad():
-            y = apply(leaf, positions, cfg, seq_len=seq_len, angle_dtype=self._angle, autograd=self.autograd)
+            y = apply(
+                leaf,
+                positions,
+                cfg,
+                seq_len=seq_len,
+                angle_dtype=self._angle,
+                autograd=self.autograd,
+                kernel=self.kernel,
+            )
             (grad,) = torch.autograd.grad(y, leaf, grad_out.to(y.dtype))
         return grad
 
@@ -109,7 +137,13 @@ class TorchBackend(Backend):
 
     def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
         return chatglm_apply_2d(
-            x, position_ids, block_position_ids, base=base, precision=precision, angle_dtype=self._angle
+            x,
+            position_ids,
+            block_position_ids,
+            base=base,
+            precision=precision,
+            angle_dtype=self._angle,
+            kernel=self.kernel,
         )
 
     def decay_upper_bound(self, distances, cfg):

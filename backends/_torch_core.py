@@ -22,6 +22,8 @@ import rope_ref
 from rope_ref.config import RopeConfig
 from rope_ref.frequencies import resolve_seq_len
 
+from ._torch_triton import check_kernel, check_triton, rotate_triton
+
 __all__ = [
     "FLOAT_DTYPES",
     "check_config",
@@ -339,9 +341,15 @@ def _rotate_block(
     tb.addcmul_(xa, sin)
 
 
-def _rotate(x, cos, sin, layout, rd, compute) -> torch.Tensor:
+def _rotate(x, cos, sin, layout, rd, compute, kernel: str = "torch") -> torch.Tensor:
+    """The rotation by ``kernel`` (``"torch"``: eager passes; ``"triton"``: one fused Triton kernel).
+
+    Under ``torch.compile`` both are the functional form, which inductor fuses itself.
+    """
     if torch.compiler.is_compiling():
         return rotate_reference(x, cos, sin, layout, rd, compute)
+    if kernel == "triton":
+        return rotate_triton(x, cos, sin, layout, rd, compute)
     return _rotate_eager(x, cos, sin, layout, rd, compute)
 
 
@@ -354,10 +362,10 @@ class RotateFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, cos, sin, layout, rd, compute):  # type: ignore[override]
+    def forward(ctx, x, cos, sin, layout, rd, compute, kernel="torch"):  # type: ignore[override]
         ctx.save_for_backward(cos, sin)
-        ctx.layout, ctx.rd, ctx.compute = layout, rd, compute
-        return _rotate(x, cos, sin, layout, rd, compute)
+        ctx.layout, ctx.rd, ctx.compute, ctx.kernel = layout, rd, compute, kernel
+        return _rotate(x, cos, sin, layout, rd, compute, kernel)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
@@ -365,10 +373,10 @@ class RotateFunction(torch.autograd.Function):
         # The backward is itself a RotateFunction, so it is differentiable (double backward,
         # ``create_graph=True``, ``gradgradcheck``); without a graph to build it is the bare kernel.
         if torch.is_grad_enabled() and grad.requires_grad:
-            gx = RotateFunction.apply(grad, cos, -sin, ctx.layout, ctx.rd, ctx.compute)
+            gx = RotateFunction.apply(grad, cos, -sin, ctx.layout, ctx.rd, ctx.compute, ctx.kernel)
         else:
-            gx = _rotate(grad, cos, -sin, ctx.layout, ctx.rd, ctx.compute)
-        return gx, None, None, None, None, None
+            gx = _rotate(grad, cos, -sin, ctx.layout, ctx.rd, ctx.compute, ctx.kernel)
+        return gx, None, None, None, None, None, None
 
 
 def rotate_tables(
@@ -379,12 +387,18 @@ def rotate_tables(
     rd: int,
     compute: torch.dtype,
     autograd: str = "function",
+    kernel: str = "torch",
 ) -> torch.Tensor:
-    """Rotate ``x`` with broadcastable half-width tables, choosing the autograd path.
+    """Rotate ``x`` with broadcastable half-width tables, choosing the autograd path and the kernel.
 
     ``autograd="function"``: :class:`RotateFunction` when a gradient is needed (saves no activations);
-    ``"native"``: :func:`rotate_reference` under plain autograd (saves ``x``; the check path).
+    ``"native"``: :func:`rotate_reference` under plain autograd (saves ``x``; the check path, which
+    ``kernel`` does not affect). ``kernel``: ``"torch"`` (eager passes) or ``"triton"`` (one fused
+    Triton kernel, :func:`~rope_ref.backends._torch_triton.rotate_triton`).
     """
+    check_kernel(kernel)
+    if kernel == "triton":
+        check_triton(x, compute)
     if autograd == "native":
         return rotate_reference(x, cos, sin, layout, rd, compute)
     if autograd != "function":
@@ -393,5 +407,5 @@ def rotate_tables(
         if cos.requires_grad or sin.requires_grad:
             # Differentiable tables (e.g. learned positions): plain autograd covers them.
             return rotate_reference(x, cos, sin, layout, rd, compute)
-        return RotateFunction.apply(x, cos, sin, layout, rd, compute)
-    return _rotate(x, cos, sin, layout, rd, compute)
+        return RotateFunction.apply(x, cos, sin, layout, rd, compute, kernel)
+    return _rotate(x, cos, sin, layout, rd, compute, kernel)

@@ -113,12 +113,14 @@ def chatglm_apply_2d(
     precision: str,
     angle_dtype: torch.dtype = torch.float32,
     compute_dtype: Any = None,
+    kernel: str = "torch",
 ) -> torch.Tensor:
     """ChatGLM-6B 2D rotary: first half of each head by ``position_ids``, second half by block ids.
 
     ``precision="float64"``: each half is a half-layout RoPE over ``head_dim/2`` channels, computed with
-    this adapter's policy (angles in ``angle_dtype``). ``"chatglm-6b-fp16"``: the released model's fp16
-    arithmetic in torch (``q * cos + rotate_half(q) * sin``, every op rounded to float16); returns fp16.
+    this adapter's policy (angles in ``angle_dtype``, rotation by ``kernel``). ``"chatglm-6b-fp16"``:
+    the released model's fp16 arithmetic in torch (``q * cos + rotate_half(q) * sin``, every op
+    rounded to float16); returns fp16.
     """
     if precision not in CHATGLM_PRECISIONS:
         raise ValueError(f"precision must be one of {CHATGLM_PRECISIONS}, got {precision!r}")
@@ -137,7 +139,11 @@ def chatglm_apply_2d(
 
         cfg = RopeConfig(half, layout="half", base=base)
         for sl, ids in ((slice(0, half), pos), (slice(half, None), blk)):
-            parts.append(apply(x[..., sl], ids, cfg, angle_dtype=angle_dtype, compute_dtype=compute_dtype))
+            parts.append(
+                apply(
+                    x[..., sl], ids, cfg, angle_dtype=angle_dtype, compute_dtype=compute_dtype, kernel=kernel
+                )
+            )
         return torch.cat(parts, dim=-1)
     x16 = x.to(torch.float16)
     q = half // 2

@@ -23,6 +23,7 @@ from ._torch_core import (
     rotate_tables,
     seq_len_of,
 )
+from ._torch_triton import check_kernel
 
 __all__ = ["apply", "rotate", "apply_rotary_pos_emb", "RotaryEmbedding"]
 
@@ -36,6 +37,7 @@ def apply(
     angle_dtype: torch.dtype = torch.float32,
     compute_dtype: Any = None,
     autograd: str = "function",
+    kernel: str = "torch",
 ) -> torch.Tensor:
     """Rotate ``x`` (``(..., head_dim)``, any float dtype, any strides) by ``positions``.
 
@@ -46,7 +48,10 @@ def apply(
     ``x.dtype``, contiguous. Semantics are :func:`rope_ref.apply` (HF ``apply_rotary_pos_emb`` with the
     attention factor in cos/sin; channels ``rotary_dim:`` pass through). Length-dependent scalings see
     ``seq_len`` or, if ``None``, ``max(positions) + 1`` (a host sync; pass ``seq_len`` to avoid it).
+    ``kernel``: ``"torch"`` (eager torch ops, any device) or ``"triton"`` (one fused Triton kernel;
+    CUDA tensors, rotation in float32/float64; see ``docs/backends/torch.md``).
     """
+    check_kernel(kernel)
     cfg = check_config(cfg)
     x = check_x(x, cfg.head_dim)
     angle_dtype = check_angle_dtype(angle_dtype)
@@ -55,7 +60,7 @@ def apply(
     check_broadcast(pos, tuple(x.shape[:-1]))
     inv, factor = freq_table(cfg, seq_len_of(pos, cfg, seq_len), angle_dtype, x.device)
     cos, sin = expand_tables(*angle_tables(pos, inv, factor), x.ndim)
-    return rotate_tables(x, cos, sin, cfg.layout, cfg.rotary_dim, compute, autograd)
+    return rotate_tables(x, cos, sin, cfg.layout, cfg.rotary_dim, compute, autograd, kernel)
 
 
 def rotate(
@@ -66,12 +71,14 @@ def rotate(
     layout: str,
     compute_dtype: Any = None,
     autograd: str = "function",
+    kernel: str = "torch",
 ) -> torch.Tensor:
     """Rotate ``x`` with precomputed *half-width* tables ``cos``/``sin`` (``(..., rotary_dim/2)``).
 
     The tables broadcast against ``x.shape[:-1] + (rotary_dim/2,)`` after left-padding; ``rotary_dim =
-    2 * cos.shape[-1]`` and channels beyond it pass through.
+    2 * cos.shape[-1]`` and channels beyond it pass through. ``kernel`` as in :func:`apply`.
     """
+    check_kernel(kernel)
     x = check_x(x, None)
     if layout not in ("half", "interleaved"):
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
@@ -84,7 +91,7 @@ def rotate(
         raise ValueError(f"2 * cos.shape[-1] = {rd} must be in 2..x.shape[-1] = {x.shape[-1]}")
     cos, sin = expand_tables(cos, sin, x.ndim)
     compute = resolve_compute_dtype(compute_dtype, x.dtype)
-    return rotate_tables(x, cos, sin, layout, rd, compute, autograd)
+    return rotate_tables(x, cos, sin, layout, rd, compute, autograd, kernel)
 
 
 def apply_rotary_pos_emb(
@@ -96,6 +103,7 @@ def apply_rotary_pos_emb(
     layout: str = "half",
     unsqueeze_dim: int = 1,
     compute_dtype: Any = None,
+    kernel: str = "torch",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Drop-in for HF ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)``.
 
@@ -105,8 +113,8 @@ def apply_rotary_pos_emb(
     """
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     return (
-        rotate(q, cos, sin, layout=layout, compute_dtype=compute_dtype),
-        rotate(k, cos, sin, layout=layout, compute_dtype=compute_dtype),
+        rotate(q, cos, sin, layout=layout, compute_dtype=compute_dtype, kernel=kernel),
+        rotate(k, cos, sin, layout=layout, compute_dtype=compute_dtype, kernel=kernel),
     )
 
 
@@ -150,8 +158,10 @@ class RotaryEmbedding(torch.nn.Module):
         max_cached_tables: int = 4,
         max_cached_positions: int = 65536,
         max_position: int | None = None,
+        kernel: str = "torch",
     ) -> None:
         super().__init__()
+        self.kernel = check_kernel(kernel)
         self.cfg = check_config(cfg)
         self.angle_dtype = check_angle_dtype(angle_dtype)
         if compute_dtype is not None:
@@ -177,6 +187,8 @@ class RotaryEmbedding(torch.nn.Module):
 
     def extra_repr(self) -> str:
         extra = "" if self.max_position is None else f", max_position={self.max_position}"
+        if self.kernel != "torch":
+            extra += f", kernel={self.kernel!r}"
         return f"{self.cfg!r}, angle_dtype={self.angle_dtype}{extra}"
 
     def cached_lengths(self) -> dict[tuple, int]:
@@ -255,4 +267,6 @@ class RotaryEmbedding(torch.nn.Module):
         check_broadcast(pos, tuple(x.shape[:-1]))
         cos, sin = expand_tables(*self.tables(pos, seq_len=seq_len, max_position=max_position), x.ndim)
         compute = resolve_compute_dtype(self.compute_dtype, x.dtype)
-        return rotate_tables(x, cos, sin, self.cfg.layout, self.cfg.rotary_dim, compute, self.autograd)
+        return rotate_tables(
+            x, cos, sin, self.cfg.layout, self.cfg.rotary_dim, compute, self.autograd, self.kernel
+        )

@@ -8,6 +8,9 @@ Public API: :func:`apply` (functional), :class:`RotaryEmbedding` (``nn.Module`` 
 Precision policy (declared to the suite): angles ``position * inv_freq`` and cos/sin in float32
 (float64 under the ``fp64`` policy or ``angle_dtype=torch.float64``); rotation arithmetic in the input
 dtype for float32/float64 and in float32 for float16/bfloat16 inputs, rounded once at the output.
+
+Kernels (``kernel=``): ``"torch"`` (default; eager torch ops on any device) and ``"triton"`` (one fused
+Triton kernel for CUDA tensors; conformance name ``torch:triton``).
 """
 
 from __future__ import annotations
@@ -45,8 +48,12 @@ if _torch is not None:
     from ._torch_module import RotaryEmbedding, apply, apply_rotary_pos_emb, rotate
 
 
-def available(device: str = "cpu", **_: Any) -> tuple[bool, str]:
-    """``(True, "")`` if torch can run on ``device`` here, else ``(False, reason)``; never raises."""
+def available(device: str = "cpu", kernel: str = "torch", **_: Any) -> tuple[bool, str]:
+    """``(True, "")`` if torch (and ``kernel``) can run on ``device`` here, else ``(False, reason)``.
+
+    Never raises. ``kernel="triton"`` also needs the ``triton`` package, and CUDA (or Triton's
+    interpreter, ``TRITON_INTERPRET=1``, for CPU tensors).
+    """
     if _torch is None:
         return False, f"torch is not installed ({_IMPORT_ERROR}); pip install 'rope-ref[torch]'"
     try:
@@ -55,12 +62,21 @@ def available(device: str = "cpu", **_: Any) -> tuple[bool, str]:
         return False, f"invalid torch device {device!r}: {exc}"
     if dev.type == "cuda" and not _torch.cuda.is_available():
         return False, f"torch {_torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)"
+    if kernel == "triton":
+        from ._torch_triton import triton_status
+
+        return triton_status(dev)
+    if kernel != "torch":
+        return False, f"kernel must be 'torch' or 'triton', got {kernel!r}"
     return True, ""
 
 
 def make_backend(precision: str | None = None, device: str = "cpu", **options: Any) -> TorchBackend:
-    """The conformance backend; ``precision`` is ``fp32`` (default), ``fp16``, ``bf16`` or ``fp64``."""
-    ok, reason = available(device)
+    """The conformance backend; ``precision`` is ``fp32`` (default), ``fp16``, ``bf16`` or ``fp64``.
+
+    ``options``: ``autograd`` (``"function"`` or ``"native"``) and ``kernel`` (``"torch"`` or ``"triton"``).
+    """
+    ok, reason = available(device, **options)
     if not ok:
         from rope_ref.conformance.registry import BackendUnavailable
 

@@ -9,8 +9,9 @@ adapter (``RotaryEmbedding`` with a warm cache, and functional ``apply`` which r
 
 GPU (when CUDA is available): bf16 q and k of shape (4, 4096, 32, 128) each; HF eager,
 ``torch.compile`` of HF eager, this adapter (module, module with ``max_position`` so no host sync,
-and ``torch.compile(rt.apply, fullgraph=True)``: the candidate for the 70%-of-copy-bandwidth goal),
-against device-to-device copy (``of_copy_bw`` = copy time / candidate time).
+``torch.compile(rt.apply, fullgraph=True)`` and, when triton is importable, the module with
+``kernel="triton"``: the candidates for the 70%-of-copy-bandwidth goal), against device-to-device copy
+(``of_copy_bw`` = copy time / candidate time).
 
 ``--cpu-compiled`` adds ``torch.compile`` of ``rt.apply`` to the CPU forward tables (compiles first).
 
@@ -179,6 +180,9 @@ def gpu_bench(rounds: int, dev: str = "cuda", shape: tuple[int, ...] = (4, 4096,
             "rope_ref_module_max_position": lambda m=module_max, pos=pos: (m(q, pos), m(k, pos)),
             "rope_ref_compiled": lambda f=rr_compiled: (f(q), f(k)),
         }
+        if rt.available(dev, kernel="triton")[0]:  # the fused Triton kernel, no host sync
+            tri = rt.RotaryEmbedding(cfg, max_position=s, kernel="triton")
+            cands["rope_ref_triton"] = lambda m=tri, pos=pos: (m(q, pos), m(k, pos))
         t = side_by_side(cands, rounds, dev)
         moved = 2 * 2 * q.numel() * q.element_size()  # read + write of q and k
         for name, sec in t.items():

@@ -3,6 +3,8 @@
 #   cupy (when importable):        GPU tests, conformance `cupy` fp32/fp16/bf16, bench_cupy.py
 #   torch (when it sees a GPU):    GPU tests of the torch adapter, conformance `torch:cuda`
 #                                  fp32/fp16/bf16, bench_torch.py (incl. torch.compile of rt.apply)
+#   triton (with a CUDA torch):    the Triton kernel's tests compiled on the GPU, conformance
+#                                  `torch:triton` fp32/fp16/bf16/fp64 (bench_torch.py times it too)
 # Reports go to docs/results/, named after the GPU. Exit status: 1 if any step failed or one adapter's
 # steps had to be skipped (their results are missing), 2 if neither cupy nor a CUDA torch is usable.
 #
@@ -48,6 +50,17 @@ if [ "$have_torch" = 1 ]; then
     rope-ref conformance run --backend torch:cuda --precision "$p" -q \
       --json-report "$out/conformance-torch-cuda-$p-$gpu.json" || status=1
   done
+  if python -c "import triton" 2>/dev/null; then
+    echo "== GPU tests: the torch adapter's Triton kernel (compiled)"
+    python -m pytest -q -rs tests/test_torch_triton_kernel.py -p no:cacheprovider || status=1
+    for p in fp32 fp16 bf16 fp64; do
+      echo "== conformance: torch:triton $p"
+      rope-ref conformance run --backend torch:triton --precision "$p" -q \
+        --json-report "$out/conformance-torch-triton-$p-$gpu.json" || status=1
+    done
+  else
+    echo "== Triton steps skipped (triton is not importable)"; status=1
+  fi
 else
   echo "== torch steps skipped (torch without CUDA)"; status=1
 fi

@@ -1,0 +1,152 @@
+"""A fused Triton kernel for the torch adapter's rotation (``kernel="triton"``).
+
+One pass over memory: each program loads a tile of rows of ``x``, the matching rows of the half-width
+cos/sin tables, rotates every channel pair by RoFormer (arXiv 2104.09864) eq. 34
+(``y_a = x_a cos - x_b sin``, ``y_b = x_b cos + x_a sin``) in float32 or float64, rounds once to the
+output dtype and stores; channels ``rotary_dim:`` are copied unchanged. Pairs follow the layout
+(``"half"``: (i, i + rd/2) as HF ``rotate_half``; ``"interleaved"``: (2i, 2i+1) as GPT-J). This is the
+structure of flash-attn's ``rotary_kernel`` (Dao-AILab/flash-attention, ``flash_attn/ops/triton/rotary.py``)
+and vLLM's rotary kernels; the code is ours.
+
+``triton`` is imported only when the kernel is first used. On CUDA tensors the kernel is compiled; on
+CPU tensors it runs under Triton's interpreter, which Triton enables with ``TRITON_INTERPRET=1`` in the
+environment before ``triton`` is imported (how the tests check the kernel on machines without a GPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+import torch
+
+__all__ = ["KERNELS", "check_kernel", "check_triton", "triton_status", "rotate_triton"]
+
+#: The rotation kernels the adapter offers (``kernel=`` of ``apply``, ``rotate``, ``RotaryEmbedding``).
+KERNELS = ("torch", "triton")
+# Leading (row) axes the kernel indexes after merging; more are merged by a copy (see _row_axes).
+_MAX_ROW_AXES = 4
+_COMPUTE_DTYPES = (torch.float32, torch.float64)
+
+
+def check_kernel(kernel: Any) -> str:
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    return kernel
+
+
+def triton_status(device: torch.device) -> tuple[bool, str]:
+    """``(True, "")`` if the Triton kernel can run on ``device`` here, else ``(False, reason)``."""
+    if importlib.util.find_spec("triton") is None:
+        return False, "kernel='triton' needs the triton package (pip install 'rope-ref[triton]')"
+    if device.type == "cuda":
+        return True, ""
+    if device.type == "cpu":
+        if _interpreting():
+            return True, ""
+        return False, (
+            "kernel='triton' runs on CUDA tensors; x is on the CPU (for tests, TRITON_INTERPRET=1 set "
+            "before triton is imported runs Triton's interpreter on CPU tensors)"
+        )
+    return False, f"kernel='triton' runs on CUDA tensors, x is on {device.type}"
+
+
+def check_triton(x: torch.Tensor, compute: torch.dtype) -> None:
+    """Raise (naming the reason) unless the Triton kernel can rotate ``x`` in ``compute`` here."""
+    ok, reason = triton_status(x.device)
+    if not ok:
+        raise RuntimeError(reason)
+    if compute not in _COMPUTE_DTYPES:
+        raise ValueError(
+            f"kernel='triton' computes in float32 or float64, got compute_dtype={compute} "
+            "(use kernel='torch' for arithmetic in the input's half precision)"
+        )
+    if x.dtype == torch.bfloat16 and compute == torch.float64:
+        raise ValueError(
+            "kernel='triton' does not round float64 arithmetic to bfloat16 (it would round twice); "
+            "use compute_dtype=torch.float32 or kernel='torch'"
+        )
+
+
+def _interpreting() -> bool:
+    from triton import knobs
+
+    return bool(knobs.runtime.interpret)
+
+
+@functools.cache
+def _kernel():
+    """The jitted kernel, imported on first use (so importing the adapter never imports triton)."""
+    import triton
+
+    from ._triton_kernels import rope_rows
+
+    return triton, rope_rows
+
+
+def _row_axes(shape: tuple[int, ...], strides: list[tuple[int, ...]]) -> tuple[list[int], list[list[int]]]:
+    """Drop unit axes and merge neighbours that are one strided run in *every* tensor."""
+    sizes: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for axis, size in enumerate(shape):
+        if size == 1:
+            continue
+        if sizes and all(m[-1] == st[axis] * size for m, st in zip(merged, strides, strict=True)):
+            sizes[-1] *= size
+            for m, st in zip(merged, strides, strict=True):
+                m[-1] = st[axis]
+            continue
+        sizes.append(size)
+        for m, st in zip(merged, strides, strict=True):
+            m.append(st[axis])
+    return sizes, merged
+
+
+def rotate_triton(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, rd: int, compute: torch.dtype
+) -> torch.Tensor:
+    """Eq. 34 in one fused pass; same contract as the eager ``_rotate_eager`` (new contiguous output).
+
+    ``cos``/``sin`` are half-width tables broadcastable to ``x.shape[:-1] + (rd // 2,)``. The
+    arithmetic runs in ``compute`` (float32 or float64); each output element is rounded once.
+    """
+    check_triton(x, compute)
+    lead = tuple(x.shape[:-1])
+    n = rd // 2
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    cos = torch.broadcast_to(cos, lead + (n,))
+    sin = torch.broadcast_to(sin, lead + (n,))
+    tensors = [x, cos, sin, out]
+    sizes, strides = _row_axes(lead, [t.stride()[:-1] for t in tensors])
+    if len(sizes) > _MAX_ROW_AXES:  # rare (5+ unmergeable axes): make every operand one flat run
+        x, cos, sin = x.contiguous(), cos.contiguous(), sin.contiguous()
+        tensors = [x, cos, sin, out]
+        sizes, strides = _row_axes(lead, [t.stride()[:-1] for t in tensors])
+    pad = _MAX_ROW_AXES - len(sizes)
+    sizes = [1] * pad + sizes
+    strides = [[0] * pad + s for s in strides]
+    n_rows = 1
+    for size in sizes:
+        n_rows *= size
+    d = x.shape[-1]
+    block_n = 1 << max(0, (n - 1).bit_length())
+    block_p = 0 if rd == d else 1 << max(0, (d - rd - 1).bit_length())
+    rows = max(1, min(64, 4096 // max(block_n, block_p)))
+    triton, kernel = _kernel()
+    grid = (triton.cdiv(n_rows, rows),)
+    kernel[grid](
+        x, cos, sin, out,
+        n_rows, sizes[1], sizes[2], sizes[3],
+        *strides[0], x.stride(-1),
+        *strides[1], cos.stride(-1),
+        *strides[2], sin.stride(-1),
+        *strides[3],
+        n, d - rd,
+        INTERLEAVED=layout == "interleaved", FP64=compute == torch.float64,
+        ROWS=rows, BLOCK_N=block_n, BLOCK_P=block_p,
+        num_warps=4,
+    )  # fmt: skip
+    return out
