@@ -397,7 +397,7 @@ def rotate_tables(
     Triton kernel, :func:`~rope_ref.backends._torch_triton.rotate_triton`).
     """
     check_kernel(kernel)
-    if kernel == "triton":
+    if kernel == "triton" and not torch.compiler.is_compiling():  # compiled: the functional form runs
         check_triton(x, compute)
     if autograd == "native":
         return rotate_reference(x, cos, sin, layout, rd, compute)

@@ -183,3 +183,13 @@ def test_module_and_chatglm_use_the_kernel(launches):
     eager = rt.chatglm_apply_2d(xq, ids[..., None], blk[..., None], base=10000.0, precision="float64")
     torch.testing.assert_close(two_d, eager)
     assert len(launches) == 3
+
+
+@pytest.mark.slow
+def test_compile_with_the_triton_kernel_traces_the_functional_form():
+    """``torch.compile(fullgraph=True)`` with ``kernel="triton"``: no graph break, eager results."""
+    cfg = rope_ref.RopeConfig(16, layout="half", rotary_dim=12)
+    fn = torch.compile(lambda t, p: rt.apply(t, p, cfg, kernel="triton"), fullgraph=True)
+    x = torch.randn(2, 6, 3, 16, device=DEVICE)
+    pos = torch.arange(6, device=DEVICE)[:, None]
+    torch.testing.assert_close(fn(x, pos), rt.apply(x, pos, cfg))
