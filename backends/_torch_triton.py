@@ -21,7 +21,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["KERNELS", "check_kernel", "check_triton", "triton_status", "rotate_triton"]
+__all__ = [
+    "KERNELS",
+    "LAUNCH_OPTIONS",
+    "check_kernel",
+    "check_triton",
+    "kernel_meta",
+    "triton_status",
+    "rotate_triton",
+]
 
 #: The rotation kernels the adapter offers (``kernel=`` of ``apply``, ``rotate``, ``RotaryEmbedding``).
 KERNELS = ("torch", "triton")
@@ -85,6 +93,26 @@ def _kernel():
     return triton, rope_rows
 
 
+#: Compile options of every launch. No FMA contraction: ``a*c - b*s`` is rounded as written, so the
+#: compiled kernel gives the bits of Triton's interpreter (and of the eager float32 formula).
+LAUNCH_OPTIONS = {"num_warps": 4, "enable_fp_fusion": False}
+
+
+def kernel_meta(layout: str, rd: int, head_dim: int, compute: torch.dtype) -> dict[str, Any]:
+    """The kernel's compile-time constants for one configuration."""
+    n = rd // 2
+    block_n = 1 << max(0, (n - 1).bit_length())
+    block_p = 0 if rd == head_dim else 1 << max(0, (head_dim - rd - 1).bit_length())
+    return {
+        "INTERLEAVED": layout == "interleaved",
+        "FP64": compute == torch.float64,
+        # rows per program: tiles of about 4096 pairs (fewer, larger programs also help the interpreter)
+        "ROWS": max(1, min(64, 4096 // max(block_n, block_p))),
+        "BLOCK_N": block_n,
+        "BLOCK_P": block_p,
+    }
+
+
 def _row_axes(shape: tuple[int, ...], strides: list[tuple[int, ...]]) -> tuple[list[int], list[list[int]]]:
     """Drop unit axes and merge neighbours that are one strided run in *every* tensor."""
     sizes: list[int] = []
@@ -131,12 +159,9 @@ def rotate_triton(
     n_rows = 1
     for size in sizes:
         n_rows *= size
-    d = x.shape[-1]
-    block_n = 1 << max(0, (n - 1).bit_length())
-    block_p = 0 if rd == d else 1 << max(0, (d - rd - 1).bit_length())
-    rows = max(1, min(64, 4096 // max(block_n, block_p)))
+    meta = kernel_meta(layout, rd, x.shape[-1], compute)
     triton, kernel = _kernel()
-    grid = (triton.cdiv(n_rows, rows),)
+    grid = (triton.cdiv(n_rows, meta["ROWS"]),)
     kernel[grid](
         x, cos, sin, out,
         n_rows, sizes[1], sizes[2], sizes[3],
@@ -144,9 +169,8 @@ def rotate_triton(
         *strides[1], cos.stride(-1),
         *strides[2], sin.stride(-1),
         *strides[3],
-        n, d - rd,
-        INTERLEAVED=layout == "interleaved", FP64=compute == torch.float64,
-        ROWS=rows, BLOCK_N=block_n, BLOCK_P=block_p,
-        num_warps=4,
+        n, x.shape[-1] - rd,
+        **meta,
+        **LAUNCH_OPTIONS,
     )  # fmt: skip
     return out

@@ -94,3 +94,46 @@ def test_kernel_tests_pass_under_the_triton_interpreter():
     tail = "\n".join((out.stdout + out.stderr).splitlines()[-30:])
     assert out.returncode == 0, tail
     assert " passed" in tail and "skipped" not in tail, tail
+
+
+_PTR = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float64: "*fp64"}
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed (pip install 'rope-ref[triton]')")
+@pytest.mark.skipif(_interpreting(), reason="under TRITON_INTERPRET=1 the kernel is not a JIT function")
+@pytest.mark.parametrize(
+    "arch,layout,x_dtype",
+    # every dtype and layout for Hopper (sm_90); Ampere (sm_80) once, bf16 (about 2-4 s per compile)
+    [(90, layout, dt) for layout in ("half", "interleaved") for dt in _PTR] + [(80, "half", torch.bfloat16)],
+    ids=lambda v: str(v).replace("torch.", ""),
+)
+def test_kernel_compiles_to_cuda_without_a_gpu(arch, layout, x_dtype):
+    """Ahead-of-time compile of the kernel (Triton -> PTX -> cubin with the wheel's ptxas) for sm_80 and
+    sm_90, with the launch's own options: this needs no GPU, so compile errors show up in CI.
+
+    No fused multiply-add may appear: the launch disables FP fusion so that the compiled kernel rounds
+    ``a*c - b*s`` as written (the interpreter's bits).
+    """
+    import triton
+    from rope_ref.backends._triton_kernels import rope_rows
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    compute = torch.float64 if x_dtype == torch.float64 else torch.float32
+    meta = tt.kernel_meta(layout, 96, 128, compute)  # partial rotary: the pass-through copy is compiled too
+    table = _PTR[compute]
+    pointers = {"x_ptr": _PTR[x_dtype], "out_ptr": _PTR[x_dtype], "cos_ptr": table, "sin_ptr": table}
+    signature = {
+        name: pointers.get(name, "constexpr" if name in meta else "i64") for name in rope_rows.arg_names
+    }
+    constexprs = {(rope_rows.arg_names.index(k),): v for k, v in meta.items()}
+    options = {k: v for k, v in tt.LAUNCH_OPTIONS.items()}
+    compiled = triton.compile(
+        ASTSource(rope_rows, signature, constexprs=constexprs),
+        target=GPUTarget("cuda", arch, 32),
+        options=options,
+    )
+    ptx = compiled.asm["ptx"]
+    assert compiled.asm["cubin"], "ptxas produced no cubin"
+    assert "fma.rn" not in ptx
+    assert f".target sm_{arch}" in ptx
