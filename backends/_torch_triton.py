@@ -15,6 +15,7 @@ environment before ``triton`` is imported (how the tests check the kernel on mac
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 from typing import Any
@@ -140,6 +141,11 @@ def rotate_triton(
     arithmetic runs in ``compute`` (float32 or float64); each output element is rounded once.
     """
     check_triton(x, compute)
+    for name, table in (("cos", cos), ("sin", sin)):
+        if table.device != x.device:
+            raise ValueError(f"{name} is on {table.device} but x is on {x.device}")
+        if not table.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating tensor, got {table.dtype}")
     lead = tuple(x.shape[:-1])
     n = rd // 2
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -162,6 +168,14 @@ def rotate_triton(
     meta = kernel_meta(layout, rd, x.shape[-1], compute)
     triton, kernel = _kernel()
     grid = (triton.cdiv(n_rows, meta["ROWS"]),)
+    # Triton launches on the current CUDA device: make it x's (x may live on cuda:1).
+    guard = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
+    with guard:
+        _launch(kernel, grid, x, cos, sin, out, n_rows, sizes, strides, n, x.shape[-1] - rd, meta)
+    return out
+
+
+def _launch(kernel, grid, x, cos, sin, out, n_rows, sizes, strides, n, n_pass, meta) -> None:
     kernel[grid](
         x, cos, sin, out,
         n_rows, sizes[1], sizes[2], sizes[3],
@@ -169,8 +183,7 @@ def rotate_triton(
         *strides[1], cos.stride(-1),
         *strides[2], sin.stride(-1),
         *strides[3],
-        n, x.shape[-1] - rd,
+        n, n_pass,
         **meta,
         **LAUNCH_OPTIONS,
     )  # fmt: skip
-    return out

@@ -158,6 +158,17 @@ def test_triton_gradients(layout, launches):
     torch.testing.assert_close(g, g_e, rtol=0, atol=1e-14)
 
 
+def test_tables_on_another_device_or_not_floating_are_refused():
+    x = torch.randn(2, 8, device=DEVICE)
+    other = "cpu" if DEVICE == "cuda" else "meta"
+    with pytest.raises(ValueError, match=f"cos is on {other}"):
+        rt.rotate(x, torch.ones(2, 4, device=other), torch.zeros(2, 4, device=DEVICE), layout="half",
+                  kernel="triton")  # fmt: skip
+    with pytest.raises(TypeError, match="sin must be a floating tensor"):
+        rt.rotate(x, torch.ones(2, 4, device=DEVICE), torch.zeros(2, 4, dtype=torch.long, device=DEVICE),
+                  layout="half", kernel="triton")  # fmt: skip
+
+
 def test_float16_and_bfloat16_arithmetic_are_refused():
     x = torch.randn(2, 8, dtype=torch.float16, device=DEVICE)
     cfg = rope_ref.RopeConfig(8, layout="half")
