@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import os
 from typing import Any
 
 import torch
@@ -79,8 +80,11 @@ def check_triton(x: torch.Tensor, compute: torch.dtype) -> None:
 
 
 def _interpreting() -> bool:
-    from triton import knobs
-
+    """Whether ``triton.jit`` makes interpreted functions (``TRITON_INTERPRET=1``)."""
+    try:
+        from triton import knobs  # triton >= 3.4 reads the variable here
+    except ImportError:  # older triton reads the environment variable directly
+        return os.environ.get("TRITON_INTERPRET", "0") == "1"
     return bool(knobs.runtime.interpret)
 
 
@@ -95,7 +99,7 @@ def _kernel():
 
 
 #: Compile options of every launch. No FMA contraction: ``a*c - b*s`` is rounded as written, so the
-#: compiled kernel gives the bits of Triton's interpreter (and of the eager float32 formula).
+#: compiled kernel gives the bits of Triton's interpreter (the formula evaluated op by op).
 LAUNCH_OPTIONS = {"num_warps": 4, "enable_fp_fusion": False}
 
 
