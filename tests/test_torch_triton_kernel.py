@@ -145,10 +145,11 @@ def test_triton_kernel_rounds_bf16_to_nearest_even():
 def test_triton_gradients(layout, launches):
     """gradcheck in float64 through RotateFunction whose forward and backward use the Triton kernel."""
     cfg = rope_ref.RopeConfig(8, layout=layout, rotary_dim=6)
-    x = torch.randn(3, 4, 8, dtype=torch.float64, device=DEVICE, requires_grad=True)
-    pos = torch.arange(4, device=DEVICE) * 3 - 2
+    x = torch.randn(2, 3, 8, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    pos = torch.arange(3, device=DEVICE) * 3 - 2
     fn = lambda t: rt.apply(t, pos, cfg, angle_dtype=torch.float64, kernel="triton")  # noqa: E731
     assert torch.autograd.gradcheck(fn, (x,))
+    assert torch.autograd.gradgradcheck(fn, (x,))  # the backward is itself a RotateFunction
     n_forward_backward = len(launches)
     assert n_forward_backward > 0
     y = fn(x)
