@@ -95,15 +95,11 @@ class TorchBackend(Backend):
         return module.tables(positions, seq_len=seq_len, device=self._device)
 
     def apply(self, x, positions, cfg, seq_len=None):
-        return apply(
-            x,
-            positions,
-            cfg,
-            seq_len=seq_len,
-            angle_dtype=self._angle,
-            autograd=self.autograd,
-            kernel=self.kernel,
-        )
+        return apply(x, positions, cfg, seq_len=seq_len, **self._options())
+
+    def _options(self) -> dict[str, Any]:
+        """This backend's keyword arguments of :func:`apply` (angle dtype, autograd path, kernel)."""
+        return {"angle_dtype": self._angle, "autograd": self.autograd, "kernel": self.kernel}
 
     def apply_vjp(self, x, positions, cfg, grad_out, seq_len=None):
         if seq_len is None:
@@ -112,15 +108,7 @@ class TorchBackend(Backend):
             seq_len = rope_ref.frequencies.resolve_seq_len(pos.detach().cpu().double().numpy(), cfg, None)
         leaf = x.detach().clone().requires_grad_(True)
         with torch.enable_grad():
-            y = apply(
-                leaf,
-                positions,
-                cfg,
-                seq_len=seq_len,
-                angle_dtype=self._angle,
-                autograd=self.autograd,
-                kernel=self.kernel,
-            )
+            y = apply(leaf, positions, cfg, seq_len=seq_len, **self._options())
             (grad,) = torch.autograd.grad(y, leaf, grad_out.to(y.dtype))
         return grad
 
