@@ -146,6 +146,8 @@ class RotaryEmbedding(torch.nn.Module):
     sync. Positions outside that range are not detected (``index_select`` fails, or raises a device
     assert on CUDA). Length-dependent scalings also need ``seq_len`` then, or they read
     ``max(positions)``.
+
+    ``kernel="triton"`` rotates with the fused Triton kernel (CUDA tensors; see :func:`apply`).
     """
 
     def __init__(
