@@ -51,7 +51,6 @@ def apply(
     ``kernel``: ``"torch"`` (eager torch ops, any device) or ``"triton"`` (one fused Triton kernel;
     CUDA tensors, rotation in float32/float64; see ``docs/backends/torch.md``).
     """
-    check_kernel(kernel)
     cfg = check_config(cfg)
     x = check_x(x, cfg.head_dim)
     angle_dtype = check_angle_dtype(angle_dtype)
@@ -78,7 +77,6 @@ def rotate(
     The tables broadcast against ``x.shape[:-1] + (rotary_dim/2,)`` after left-padding; ``rotary_dim =
     2 * cos.shape[-1]`` and channels beyond it pass through. ``kernel`` as in :func:`apply`.
     """
-    check_kernel(kernel)
     x = check_x(x, None)
     if layout not in ("half", "interleaved"):
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import math
 import os
 from typing import Any
 
@@ -46,9 +47,14 @@ def check_kernel(kernel: Any) -> str:
     return kernel
 
 
+@functools.cache
+def _have_triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
 def triton_status(device: torch.device) -> tuple[bool, str]:
     """``(True, "")`` if the Triton kernel can run on ``device`` here, else ``(False, reason)``."""
-    if importlib.util.find_spec("triton") is None:
+    if not _have_triton():
         return False, "kernel='triton' needs the triton package (pip install 'rope-ref[triton]')"
     if device.type == "cuda":
         return True, ""
@@ -79,8 +85,10 @@ def check_triton(x: torch.Tensor, compute: torch.dtype) -> None:
         )
 
 
+@functools.cache
 def _interpreting() -> bool:
-    """Whether ``triton.jit`` makes interpreted functions (``TRITON_INTERPRET=1``)."""
+    """Whether ``triton.jit`` makes interpreted functions (``TRITON_INTERPRET=1``; fixed per process,
+    as the kernel is decorated once)."""
     try:
         from triton import knobs  # triton >= 3.4 reads the variable here
     except ImportError:  # older triton reads the environment variable directly
@@ -143,8 +151,8 @@ def rotate_triton(
 
     ``cos``/``sin`` are half-width tables broadcastable to ``x.shape[:-1] + (rd // 2,)``. The
     arithmetic runs in ``compute`` (float32 or float64); each output element is rounded once.
+    The caller has passed ``x`` and ``compute`` through :func:`check_triton` (``rotate_tables`` does).
     """
-    check_triton(x, compute)
     for name, table in (("cos", cos), ("sin", sin)):
         if table.device != x.device:
             raise ValueError(f"{name} is on {table.device} but x is on {x.device}")
@@ -157,18 +165,14 @@ def rotate_triton(
         return out
     cos = torch.broadcast_to(cos, lead + (n,))
     sin = torch.broadcast_to(sin, lead + (n,))
-    tensors = [x, cos, sin, out]
-    sizes, strides = _row_axes(lead, [t.stride()[:-1] for t in tensors])
+    sizes, strides = _row_axes(lead, [t.stride()[:-1] for t in (x, cos, sin, out)])
     if len(sizes) > _MAX_ROW_AXES:  # rare (5+ unmergeable axes): make every operand one flat run
         x, cos, sin = x.contiguous(), cos.contiguous(), sin.contiguous()
-        tensors = [x, cos, sin, out]
-        sizes, strides = _row_axes(lead, [t.stride()[:-1] for t in tensors])
+        sizes, strides = _row_axes(lead, [t.stride()[:-1] for t in (x, cos, sin, out)])
     pad = _MAX_ROW_AXES - len(sizes)
     sizes = [1] * pad + sizes
     strides = [[0] * pad + s for s in strides]
-    n_rows = 1
-    for size in sizes:
-        n_rows *= size
+    n_rows = math.prod(lead)
     meta = kernel_meta(layout, rd, x.shape[-1], compute)
     triton, kernel = _kernel()
     grid = (triton.cdiv(n_rows, meta["ROWS"]),)

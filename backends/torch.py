@@ -62,13 +62,13 @@ def available(device: str = "cpu", kernel: str = "torch", **_: Any) -> tuple[boo
         return False, f"invalid torch device {device!r}: {exc}"
     if dev.type == "cuda" and not _torch.cuda.is_available():
         return False, f"torch {_torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)"
-    if kernel == "triton":
-        from ._torch_triton import triton_status
+    from ._torch_triton import check_kernel, triton_status
 
-        return triton_status(dev)
-    if kernel != "torch":
-        return False, f"kernel must be 'torch' or 'triton', got {kernel!r}"
-    return True, ""
+    try:
+        check_kernel(kernel)
+    except ValueError as exc:
+        return False, str(exc)
+    return triton_status(dev) if kernel == "triton" else (True, "")
 
 
 def make_backend(precision: str | None = None, device: str = "cpu", **options: Any) -> TorchBackend:

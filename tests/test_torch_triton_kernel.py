@@ -58,11 +58,6 @@ def test_suite_passes_with_the_triton_kernel(precision, launches):
     assert len(launches) > 40  # apply, apply_vjp and ChatGLM's 2D cases went through the kernel
 
 
-def _tables(cfg, pos, angle_dtype=torch.float32):
-    module = rt.RotaryEmbedding(cfg, angle_dtype=angle_dtype)
-    return module.tables(pos, device=DEVICE)
-
-
 def _oracle(x: torch.Tensor, pos, cfg) -> np.ndarray:
     return rope_ref.apply(x.double().cpu().numpy(), np.asarray(pos), cfg)
 
@@ -97,7 +92,6 @@ def test_triton_matches_eager_and_oracle(layout, rotary_dim, dtype, shape, pos_s
     cfg = rope_ref.RopeConfig(x.shape[-1], layout=layout, rotary_dim=min(rotary_dim, x.shape[-1]))
     pos = torch.randint(0, 3000, pos_shape, generator=gen)
     lead = tuple(x.shape[:-1])
-    pos = pos.reshape(pos_shape) if len(pos_shape) else pos.reshape(())
     assert torch.broadcast_shapes(tuple(pos.shape), lead) == lead
     y = rt.apply(x, pos.to(DEVICE), cfg, kernel="triton")
     y_eager = rt.apply(x, pos.to(DEVICE), cfg, kernel="torch")
