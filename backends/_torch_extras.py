@@ -14,7 +14,16 @@ import torch
 from rope_ref.config import RopeConfig
 from rope_ref.frequencies import resolve_seq_len
 
-from ._torch_core import angle_tables, as_positions, check_broadcast, check_x, expand_tables, freq_table
+from ._torch_core import (
+    angle_tables,
+    as_positions,
+    check_angle_dtype,
+    check_broadcast,
+    check_x,
+    expand_tables,
+    freq_table,
+)
+from ._torch_triton import check_kernel
 
 __all__ = ["chatglm_position_ids", "chatglm_apply_2d", "decay_upper_bound", "CHATGLM_PRECISIONS"]
 
@@ -120,10 +129,19 @@ def chatglm_apply_2d(
     ``precision="float64"``: each half is a half-layout RoPE over ``head_dim/2`` channels, computed with
     this adapter's policy (angles in ``angle_dtype``, rotation by ``kernel``). ``"chatglm-6b-fp16"``:
     the released model's fp16 arithmetic in torch (``q * cos + rotate_half(q) * sin``, every op
-    rounded to float16); returns fp16.
+    rounded to float16); returns fp16. That arithmetic is the emulation's definition, so it always runs
+    as eager torch ops: ``kernel`` and ``angle_dtype`` are validated but do not change it, and a
+    ``compute_dtype`` is refused.
     """
     if precision not in CHATGLM_PRECISIONS:
         raise ValueError(f"precision must be one of {CHATGLM_PRECISIONS}, got {precision!r}")
+    check_kernel(kernel)
+    check_angle_dtype(angle_dtype)
+    if precision != "float64" and compute_dtype is not None:
+        raise ValueError(
+            f"compute_dtype applies only to precision='float64'; {precision!r} fixes its own float16 "
+            f"arithmetic, got compute_dtype={compute_dtype!r}"
+        )
     x = check_x(x, None)
     if x.shape[-1] % 4:
         raise ValueError(f"x.shape[-1] (head_dim) must be a multiple of 4, got x.shape={tuple(x.shape)}")

@@ -445,6 +445,28 @@ def test_chatglm_apply_2d_matches_oracle():
     np.testing.assert_allclose(y16.double().numpy(), ref16, atol=4e-3)
 
 
+@pytest.mark.parametrize("precision", ["float64", "chatglm-6b-fp16"])
+@pytest.mark.parametrize(
+    ("option", "bad", "message"),
+    [
+        ("kernel", "cuda", "kernel must be one of"),
+        ("angle_dtype", torch.float16, "angle_dtype must be"),
+    ],
+)
+def test_chatglm_apply_2d_validates_options_on_both_paths(precision, option, bad, message):
+    x = torch.randn(3, 2, 16)
+    ids = torch.arange(3)[:, None]
+    with pytest.raises(ValueError, match=message):
+        rt.chatglm_apply_2d(x, ids, ids, base=10000.0, precision=precision, **{option: bad})
+
+
+def test_chatglm_fp16_emulation_refuses_compute_dtype():
+    x = torch.randn(3, 2, 16)
+    ids = torch.arange(3)[:, None]
+    with pytest.raises(ValueError, match="compute_dtype applies only to precision='float64'"):
+        rt.chatglm_apply_2d(x, ids, ids, base=10000.0, precision="chatglm-6b-fp16", compute_dtype="float32")
+
+
 def test_decay_upper_bound():
     cfg = rope_ref.RopeConfig(128, layout="half")
     r = torch.tensor([0.0, 1.0, 50.0, 1000.0])
