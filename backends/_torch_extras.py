@@ -135,13 +135,6 @@ def chatglm_apply_2d(
     """
     if precision not in CHATGLM_PRECISIONS:
         raise ValueError(f"precision must be one of {CHATGLM_PRECISIONS}, got {precision!r}")
-    check_kernel(kernel)
-    check_angle_dtype(angle_dtype)
-    if precision != "float64" and compute_dtype is not None:
-        raise ValueError(
-            f"compute_dtype applies only to precision='float64'; {precision!r} fixes its own float16 "
-            f"arithmetic, got compute_dtype={compute_dtype!r}"
-        )
     x = check_x(x, None)
     if x.shape[-1] % 4:
         raise ValueError(f"x.shape[-1] (head_dim) must be a multiple of 4, got x.shape={tuple(x.shape)}")
@@ -163,6 +156,14 @@ def chatglm_apply_2d(
                 )
             )
         return torch.cat(parts, dim=-1)
+    # The float64 path validates these in apply; this path never reaches it.
+    check_kernel(kernel)
+    check_angle_dtype(angle_dtype)
+    if compute_dtype is not None:
+        raise ValueError(
+            f"compute_dtype applies only to precision='float64'; {precision!r} fixes its own float16 "
+            f"arithmetic, got compute_dtype={compute_dtype!r}"
+        )
     x16 = x.to(torch.float16)
     q = half // 2
     for sl, ids, name in (
