@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from rope_ref.chatglm import PRECISIONS, _check_base, _check_flag, _check_token_ids
+from rope_ref.chatglm import _check_base, _check_flag, _check_precision, _check_token_ids
 from rope_ref.config import RopeConfig
 
 __all__ = ["position_ids", "apply_2d", "relative_upper_bound"]
@@ -82,8 +82,7 @@ def apply_2d(x: Any, position_ids: Any, block_position_ids: Any, *, base: float,
     from .cupy import Bf16Array, _launch_apply, _storage, _wrap_like
 
     cp = _cp()
-    if not isinstance(precision, str) or precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    precision = _check_precision(precision)
     base = _check_base(base)
     xs, _ = _storage(x)
     if xs.ndim == 0 or xs.shape[-1] % 4 or xs.shape[-1] == 0:

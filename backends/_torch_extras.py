@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rope_ref.chatglm import _check_base, _check_flag, _check_precision, _check_token_ids
 from rope_ref.config import RopeConfig
 from rope_ref.frequencies import resolve_seq_len
 
@@ -25,9 +26,7 @@ from ._torch_core import (
 )
 from ._torch_triton import check_kernel
 
-__all__ = ["chatglm_position_ids", "chatglm_apply_2d", "decay_upper_bound", "CHATGLM_PRECISIONS"]
-
-CHATGLM_PRECISIONS = ("float64", "chatglm-6b-fp16")
+__all__ = ["chatglm_position_ids", "chatglm_apply_2d", "decay_upper_bound"]
 
 
 def _first_index(hit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,28 +56,23 @@ def chatglm_position_ids(
         raise TypeError(f"input_ids must be an integer tensor of token ids, got dtype {input_ids.dtype}")
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids must have shape (batch, seq), got shape {tuple(input_ids.shape)}")
-    if not isinstance(position_encoding_2d, (bool, np.bool_)):
-        raise TypeError(f"position_encoding_2d must be a bool, got {type(position_encoding_2d).__name__}")
-    if len({int(bos_token_id), int(mask_token_id), int(gmask_token_id)}) != 3:
-        raise ValueError(
-            f"bos_token_id, mask_token_id and gmask_token_id must differ, got "
-            f"{bos_token_id}, {mask_token_id}, {gmask_token_id}"
-        )
+    position_encoding_2d = _check_flag(position_encoding_2d, "position_encoding_2d")
+    bos, mask, gmask = _check_token_ids(bos_token_id, mask_token_id, gmask_token_id)
     ids = input_ids.to(torch.int64)
     seq = ids.shape[1]
-    ctx, has_bos = _first_index(ids == bos_token_id)
-    gpos, has_g = _first_index(ids == gmask_token_id)
-    mpos, has_m = _first_index(ids == mask_token_id)
+    ctx, has_bos = _first_index(ids == bos)
+    gpos, has_g = _first_index(ids == gmask)
+    mpos, has_m = _first_index(ids == mask)
     if not bool(has_bos.all()):
         row = int(torch.nonzero(~has_bos)[0, 0])
         raise ValueError(
-            f"input_ids row {row} has no bos (<sop>) token {bos_token_id}; ChatGLM-6B needs one per row"
+            f"input_ids row {row} has no bos (<sop>) token {bos}; ChatGLM-6B needs one per row"
         )
     if not bool((has_g | has_m).all()):
         row = int(torch.nonzero(~(has_g | has_m))[0, 0])
         raise ValueError(
-            f"input_ids row {row} has neither a [gMASK] token {gmask_token_id} nor a [MASK] token "
-            f"{mask_token_id}; ChatGLM-6B needs one per row"
+            f"input_ids row {row} has neither a [gMASK] token {gmask} nor a [MASK] token "
+            f"{mask}; ChatGLM-6B needs one per row"
         )
     mask_position = torch.where(has_g, gpos, mpos)
     ar = torch.arange(seq, device=ids.device).expand(ids.shape[0], seq)
@@ -133,8 +127,8 @@ def chatglm_apply_2d(
     as eager torch ops: ``kernel`` and ``angle_dtype`` are validated but do not change it, and a
     ``compute_dtype`` is refused.
     """
-    if precision not in CHATGLM_PRECISIONS:
-        raise ValueError(f"precision must be one of {CHATGLM_PRECISIONS}, got {precision!r}")
+    precision = _check_precision(precision)
+    base = _check_base(base)
     x = check_x(x, None)
     if x.shape[-1] % 4:
         raise ValueError(f"x.shape[-1] (head_dim) must be a multiple of 4, got x.shape={tuple(x.shape)}")

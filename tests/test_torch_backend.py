@@ -460,6 +460,24 @@ def test_chatglm_apply_2d_validates_options_on_both_paths(precision, option, bad
         rt.chatglm_apply_2d(x, ids, ids, base=10000.0, precision=precision, **{option: bad})
 
 
+@pytest.mark.parametrize("precision", ["float64", "chatglm-6b-fp16"])
+@pytest.mark.parametrize("base", [1.0, 0.5, float("nan"), float("inf")])
+def test_chatglm_apply_2d_refuses_bad_base_on_both_paths(precision, base):
+    x = torch.randn(3, 2, 16)
+    ids = torch.arange(3)[:, None]
+    with pytest.raises(ValueError, match="base"):
+        rt.chatglm_apply_2d(x, ids, ids, base=base, precision=precision)
+
+
+@pytest.mark.parametrize("bad", [130004.0, True, "130004"])
+def test_chatglm_position_ids_refuses_non_integer_token_ids(bad):
+    ids = torch.tensor([[5, 130001, 130004, 11]])
+    with pytest.raises(TypeError, match="bos_token_id must be an int"):
+        rt.chatglm_position_ids(
+            ids, bos_token_id=bad, mask_token_id=130000, gmask_token_id=130001, position_encoding_2d=True
+        )
+
+
 def test_chatglm_fp16_emulation_refuses_compute_dtype():
     x = torch.randn(3, 2, 16)
     ids = torch.arange(3)[:, None]
