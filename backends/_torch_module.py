@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -116,13 +117,26 @@ def apply_rotary_pos_emb(
     )
 
 
-def _check_max_position(max_position: Any) -> int | None:
+#: Largest cos+sin table ``max_position`` may ask the module to hold (4 GiB).
+MAX_TABLE_BYTES = 2**32
+
+
+def _check_max_position(max_position: Any, cfg: RopeConfig, angle_dtype: torch.dtype) -> int | None:
+    """``max_position`` as an int, refused up front when its cos/sin table would exceed 4 GiB."""
     if max_position is None:
         return None
     if isinstance(max_position, bool) or not isinstance(max_position, int):
         raise TypeError(f"max_position must be an int or None, got {max_position!r}")
     if max_position < 1:
         raise ValueError(f"max_position must be >= 1, got {max_position}")
+    itemsize = torch.empty((), dtype=angle_dtype).element_size()
+    need = 2 * max_position * (cfg.rotary_dim // 2) * itemsize
+    if need > MAX_TABLE_BYTES:
+        raise ValueError(
+            f"max_position={max_position} needs a {need / 2**30:.4g} GiB cos/sin table ({angle_dtype}, "
+            f"rotary_dim {cfg.rotary_dim}); the limit is {MAX_TABLE_BYTES / 2**30:g} GiB, i.e. "
+            f"max_position <= {MAX_TABLE_BYTES // (2 * (cfg.rotary_dim // 2) * itemsize)}"
+        )
     return max_position
 
 
@@ -182,8 +196,19 @@ class RotaryEmbedding(torch.nn.Module):
         if max_cached_positions < 1:
             raise ValueError(f"max_cached_positions must be >= 1, got {max_cached_positions}")
         self.max_cached_positions = max_cached_positions
-        self.max_position = _check_max_position(max_position)
+        self.max_position = _check_max_position(max_position, self.cfg, self.angle_dtype)
         self._cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_cache_lock", None)  # a lock cannot be pickled or deep-copied
+        state["_cache"] = OrderedDict()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._cache_lock = threading.Lock()
 
     def extra_repr(self) -> str:
         extra = "" if self.max_position is None else f", max_position={self.max_position}"
@@ -193,21 +218,33 @@ class RotaryEmbedding(torch.nn.Module):
 
     def cached_lengths(self) -> dict[tuple, int]:
         """``{key: L}`` of the tables held now (for tests and introspection)."""
-        return {key: cos.shape[0] for key, (cos, _) in self._cache.items()}
+        with self._cache_lock:
+            return {key: cos.shape[0] for key, (cos, _) in self._cache.items()}
 
     def _entry(self, key: tuple, need: int, seq_len: int | None, device: torch.device):
-        """The cached table for ``key`` with at least ``need`` rows (grown by doubling)."""
-        entry = self._cache.get(key)
-        if entry is None or entry[0].shape[0] < need:
-            length = max(need, 2 * entry[0].shape[0] if entry is not None else 256)
-            length = min(length, max(self.max_cached_positions, need))
-            inv, fac = freq_table(self.cfg, seq_len, self.angle_dtype, device)
-            entry = angle_tables(torch.arange(length, device=device), inv, fac)
-            self._cache[key] = entry
+        """The cached table for ``key`` with at least ``need`` rows (grown by doubling).
+
+        Thread-safe: the cache is read and updated under a lock (one module may be shared by data-loader
+        or serving threads); a table is built outside the lock, and the entries are immutable tuples.
+        """
+        with self._cache_lock:
+            entry = self._cache.get(key)
+            if entry is not None and entry[0].shape[0] >= need:
+                self._cache.move_to_end(key)
+                return entry
+        length = max(need, 2 * entry[0].shape[0] if entry is not None else 256)
+        length = min(length, max(self.max_cached_positions, need))
+        inv, fac = freq_table(self.cfg, seq_len, self.angle_dtype, device)
+        built = angle_tables(torch.arange(length, device=device), inv, fac)
+        with self._cache_lock:
+            current = self._cache.get(key)
+            if current is None or current[0].shape[0] < built[0].shape[0]:
+                self._cache[key] = built
+                current = built
+            self._cache.move_to_end(key)
             while len(self._cache) > self.max_cached_tables:
                 self._cache.popitem(last=False)
-        self._cache.move_to_end(key)
-        return entry
+        return current
 
     def _cached(
         self, pos: torch.Tensor, seq_len: int | None, max_position: int | None
@@ -243,7 +280,11 @@ class RotaryEmbedding(torch.nn.Module):
         ``max_position`` (default: the module's) promises integer positions in ``0 .. max_position-1``
         and avoids the host read of the positions (see the class docstring).
         """
-        max_position = self.max_position if max_position is None else _check_max_position(max_position)
+        max_position = (
+            self.max_position
+            if max_position is None
+            else _check_max_position(max_position, self.cfg, self.angle_dtype)
+        )
         dev = (
             torch.device(device)
             if device is not None

@@ -35,7 +35,7 @@ class Case:
     RopeConfig (ChatGLM ids and 2D apply). ``io_dtype`` names the activation dtype the stored inputs
     were quantised for (``None``: the case applies to every precision policy). ``tolerance`` names the
     tolerance rule (see ``docs/tolerance.md``). ``bug_class`` names the family of real bugs the case
-    targets (``known-bugs.md``).
+    targets (``docs/known-bugs.md``).
 
     ``aux`` holds reference quantities that are never passed to the backend but let a reader judge the
     result without reimplementing the scalings: ``inv_freq`` and ``attention_factor`` of ``apply``,

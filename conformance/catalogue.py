@@ -1,6 +1,6 @@
 """The golden case catalogue: every case the shipped suite checks, each naming the bug class it targets.
 
-Cases follow the prioritised list in the project's field notes (``known-bugs.md`` §11) and the
+Cases follow the prioritised list in the project's field notes (``docs/known-bugs.md`` §11) and the
 conformance issue. Inputs come from a fixed PCG64 stream per case *name* (so the fp64/fp32/fp16/bf16
 variants of one case share their underlying draw) and are then quantised to the case's io dtype;
 expected outputs are computed by the float64 oracle from exactly the stored values. Inputs are stored
@@ -42,7 +42,7 @@ __all__ = [
 IO_DTYPES = ("float64", "float32", "float16", "bfloat16")
 DTYPE_SHORT = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
-#: Bug classes: name -> what goes wrong (see ``known-bugs.md`` for the real-world reports).
+#: Bug classes: name -> what goes wrong (see ``docs/known-bugs.md`` for the real-world reports).
 BUG_CLASSES: dict[str, str] = {
     "tables": "inverse frequencies, attention factor or cos/sin table built wrong (Megatron-Bridge #4195)",
     "layout": "half-split and interleaved pairing confused, or a layout flag ignored (vLLM #49290)",
@@ -77,6 +77,7 @@ BUG_CLASSES: dict[str, str] = {
 }
 
 _CLIP = 4.0
+_IRWIN_HALL_TERMS = 12  # the sum of 12 uniforms on [0, 1) has mean 6 and variance 1
 
 
 def _seed(name: str) -> int:
@@ -85,9 +86,19 @@ def _seed(name: str) -> int:
 
 
 def _normal(name: str, shape: Sequence[int]) -> np.ndarray:
-    """N(0, 1) draws clipped to +-4, float64, from PCG64 seeded by ``name``."""
+    """Approximately N(0, 1) draws in (-4, 4], float64, from PCG64 seeded by ``name``.
+
+    Irwin-Hall: the sum of 12 uniform draws minus 6 (mean 0, variance 1, tails cut at +-6, here
+    clipped to +-4). The uniforms are ``(53 random bits) * 2**-53``, exact, and the sum runs in a fixed
+    order, so the inputs are the same bits on every machine. ``standard_normal`` is not: its ziggurat
+    falls back to the C library's ``log``/``exp`` in the tails.
+    """
     rng = np.random.Generator(np.random.PCG64(_seed(name)))
-    return np.clip(rng.standard_normal(tuple(shape)), -_CLIP, _CLIP)
+    uniforms = rng.random((_IRWIN_HALL_TERMS, *shape))
+    total = np.zeros(tuple(shape))
+    for term in uniforms:
+        total += term
+    return np.clip(total - 6.0, -_CLIP, _CLIP)
 
 
 def _round_bf16(x: np.ndarray) -> np.ndarray:

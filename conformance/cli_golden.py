@@ -9,11 +9,12 @@ that the data matches a fresh float64 regeneration (default DIR: the shipped set
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import shlex
 import sys
 from pathlib import Path
 
+from ..cli.common import read_json_config
 from ..config import LAYOUTS
 from .protocol import canonical_dtype
 
@@ -27,15 +28,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     gen.add_argument("--out", required=True, help="output directory (created if missing)")
     gen.add_argument(
+        "--force",
+        action="store_true",
+        help="also write into a non-empty directory that is not a golden set (files that are not "
+        "rope-ref's own are still never replaced or removed)",
+    )
+    gen.add_argument(
         "--format",
         choices=("safetensors", "npz"),
         default="safetensors",
         help="tensor file format (default safetensors; npz is written without pickle)",
     )
     src = gen.add_mutually_exclusive_group()
-    src.add_argument("--preset", help="a named model preset (see rope_ref.presets)")
+    src.add_argument("--preset", help=f"a named model preset: {', '.join(_preset_names())}")
     src.add_argument("--hf-config", help="a Hugging Face config.json to take the RoPE settings from")
-    gen.add_argument("--layout", choices=LAYOUTS, help="channel pairing (required with --hf-config)")
+    gen.add_argument(
+        "--layout", choices=LAYOUTS, help="channel pairing (with --hf-config, if the config does not fix it)"
+    )
     gen.add_argument("--shape", help="activation shape B,S,H,D for apply/apply_vjp (default 1,8,2,head_dim)")
     gen.add_argument("--positions", help="S positions, e.g. '0:8' or '0,1,4095,4096' (default 0..S-1)")
     gen.add_argument(
@@ -50,6 +59,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Check schema, sha256 checksums and data against a fresh regeneration.",
     )
     ver.add_argument("directory", nargs="?", default=None, help="golden directory (default: the shipped set)")
+
+
+def _preset_names() -> tuple[str, ...]:
+    try:
+        from ..presets import preset_names
+    except ImportError:  # pragma: no cover - only while presets are missing
+        return ()
+    return preset_names()
+
+
+#: Most elements of the activation tensor ``--shape`` may ask for (about 128 MiB in float64).
+MAX_SHAPE_ELEMENTS = 2**24
 
 
 def _generator_command(args: argparse.Namespace) -> str:
@@ -77,20 +98,25 @@ def _custom_config(args: argparse.Namespace):
         if args.layout is not None:
             raise ValueError("--layout cannot be combined with --preset (the preset fixes the layout)")
         return preset(args.preset)
-    if args.layout is None:
-        raise ValueError("--hf-config needs --layout (half or interleaved): HF configs do not say which")
     from ..config import RopeConfig
 
-    path = Path(args.hf_config)
+    config = read_json_config(args.hf_config)
+    for key in ("rope_scaling", "rope_parameters"):
+        block = config.get(key)
+        for sub in ("rope_type", "type"):
+            if isinstance(block, dict) and sub in block and not isinstance(block[sub], str):
+                raise ValueError(
+                    f"--hf-config {args.hf_config}: {key}.{sub} must be a string such as 'linear', "
+                    f"got {block[sub]!r:.80}"
+                )
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"--hf-config: cannot read {path} ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--hf-config: {path} is not valid JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"--hf-config: {path} must hold a JSON object")
-    return RopeConfig.from_hf(config, layout=args.layout)
+        return RopeConfig.from_hf(config, layout=args.layout)
+    except ValueError as exc:
+        if args.layout is None and "layout" in str(exc):
+            raise ValueError(f"--hf-config needs --layout (half or interleaved) here: {exc}") from None
+        raise
+    except (OverflowError, RecursionError) as exc:
+        raise ValueError(f"--hf-config {args.hf_config}: a value is out of range ({exc})") from None
 
 
 def _parse_shape(spec: str) -> tuple[int, ...]:
@@ -100,7 +126,26 @@ def _parse_shape(spec: str) -> tuple[int, ...]:
         raise ValueError(f"--shape must be four integers B,S,H,D, got {spec!r}") from None
     if len(shape) != 4:
         raise ValueError(f"--shape must be four integers B,S,H,D, got {spec!r}")
+    if min(shape) < 1:
+        raise ValueError(f"--shape must be four positive integers B,S,H,D, got {spec!r}")
+    n = math.prod(shape)
+    if n > MAX_SHAPE_ELEMENTS:
+        raise ValueError(
+            f"--shape {spec} has {n} elements ({n * 8 / 2**30:.4g} GiB per float64 tensor); the limit is "
+            f"{MAX_SHAPE_ELEMENTS} elements ({MAX_SHAPE_ELEMENTS * 8 / 2**20:.0f} MiB)"
+        )
     return shape
+
+
+def _parse_ops(spec: str, known: tuple[str, ...]) -> list[str]:
+    ops = [o.strip() for o in spec.split(",")]
+    unknown = [o for o in ops if o not in known]
+    if unknown or not ops:
+        raise ValueError(f"--ops must be a comma-separated subset of {','.join(known)}, got {spec!r}")
+    dup = sorted({o for o in ops if ops.count(o) > 1})
+    if dup:
+        raise ValueError(f"--ops: {dup[0]!r} is listed more than once in {spec!r}")
+    return ops
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -117,12 +162,12 @@ def _generate(args: argparse.Namespace) -> int:
     else:
         from ..cli.common import parse_positions
 
-        cfg = _custom_config(args)
         shape = _parse_shape(args.shape) if args.shape else None
+        cfg = _custom_config(args)
         positions = parse_positions(args.positions) if args.positions else None
         if shape is None and positions is not None:
             shape = (1, positions.shape[0], 2, cfg.head_dim)
-        ops = [o.strip() for o in args.ops.split(",")] if args.ops else list(catalogue.CUSTOM_OPS)
+        ops = _parse_ops(args.ops, catalogue.CUSTOM_OPS) if args.ops else list(catalogue.CUSTOM_OPS)
         cases = catalogue.custom_cases(
             cfg,
             shape=shape,
@@ -133,9 +178,11 @@ def _generate(args: argparse.Namespace) -> int:
         )
         source = "custom"
     out = golden.write_golden(
-        cases, args.out, generator=_generator_command(args), source=source, fmt=args.format
+        cases, args.out, generator=_generator_command(args), source=source, fmt=args.format, force=args.force
     )
-    size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
+    _, manifest = golden.read_manifest(out)
+    names = [golden.MANIFEST] + [c["file"] for c in manifest["cases"]]
+    size = sum((out / n).stat().st_size for n in names)
     print(f"wrote {len(cases)} cases to {out} ({size / 1e6:.2f} MB, {args.format})")
     return 0
 
@@ -147,7 +194,7 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         report = golden.verify_golden(args.directory)
     except golden.GoldenError as exc:
-        print(f"rope-ref golden verify: FAILED before any check ran: {exc}", file=sys.stderr)
+        print(f"rope-ref golden verify: FAILED: {exc}", file=sys.stderr)
         return 1
     for note in report.notes:
         print(f"note: {note}")

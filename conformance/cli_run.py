@@ -7,9 +7,51 @@ bad golden directory, ``-k`` matching nothing, unreadable xfail file).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+import os
 import sys
+import tempfile
+import threading
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "MAX_TIMEOUT"]
+
+#: Longest per-case timeout accepted (one day; ``threading`` cannot wait much longer than ~292 years).
+MAX_TIMEOUT = 86400.0
+
+# Every spelling of a precision -> the short name backends take.
+_SHORT = {
+    "fp64": "fp64", "fp32": "fp32", "fp16": "fp16", "bf16": "bf16",
+    "float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+}
+
+
+def _check_timeout(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not math.isfinite(value) or value <= 0 or value > min(MAX_TIMEOUT, threading.TIMEOUT_MAX):
+        raise ValueError(f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {value!r}")
+    return value
+
+
+def _check_report_path(path: str, flag: str) -> None:
+    """Refuse, before the run, a report path that cannot be written (so the verdict is never lost)."""
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path}: is a directory")
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise ValueError(f"{flag} {path}: exists and is not a regular file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ValueError(f"{flag} {path}: directory {parent} does not exist")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag} {path}: not writable")
+    try:  # a real write probe: os.access says yes to root even on a read-only file system
+        fd, probe = tempfile.mkstemp(prefix=".rope-ref-probe-", dir=parent)
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot write in {parent} ({exc.strerror})") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
         default=None,
-        choices=("fp64", "fp32", "fp16", "bf16"),
-        help="precision policy to ask the backend for (default: the backend's own)",
+        choices=tuple(_SHORT),
+        metavar="{fp64,fp32,fp16,bf16}",
+        help="precision policy to ask the backend for (default: the backend's own); float64, float32, "
+        "float16 and bfloat16 are accepted too",
     )
     p.add_argument(
         "--golden", default=None, metavar="DIR", help="golden directory (default: the shipped set)"
@@ -55,6 +99,38 @@ def run(args: argparse.Namespace) -> int:
     return int(args._conformance(args) or 0)
 
 
+#: Most distinct skip/unsupported reasons printed; the rest are counted (all are in --json-report).
+MAX_REASON_LINES = 12
+
+
+def _reason_lines(results) -> list[str]:
+    """One line per distinct reason a group of cases was skipped or unsupported, largest group first."""
+    groups: dict[tuple[str, str], int] = {}
+    for r in results:
+        if r.status in ("skipped", "unsupported"):
+            key = (r.status, " ".join((r.message or "no reason given").split()))
+            groups[key] = groups.get(key, 0) + 1
+    ordered = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
+    lines = [f"{n} {status}: {reason}" for (status, reason), n in ordered[:MAX_REASON_LINES]]
+    rest = ordered[MAX_REASON_LINES:]
+    if rest:
+        lines.append(
+            f"{sum(n for _, n in rest)} more skipped/unsupported for {len(rest)} other reason(s); "
+            f"see --json-report"
+        )
+    return lines
+
+
+def _load_xfails(loader, path: str) -> dict[str, str]:
+    """``loader(path)`` for a regular file only (a FIFO would block), absurd JSON nesting refused."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"--xfails {path}: not a regular file")
+    try:
+        return loader(path)
+    except RecursionError:
+        raise ValueError(f"--xfails {path}: JSON nested too deeply") from None
+
+
 def _load_cases(golden: str | None):
     try:
         from .golden import load_golden
@@ -64,27 +140,36 @@ def _load_cases(golden: str | None):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .registry import BackendUnavailable, get_backend
+    from .registry import BackendNotFound, BackendUnavailable, get_backend
     from .runner import DEFAULT_TIMEOUT, Runner, load_xfails, progress_printer, select_cases
 
     out, err = sys.stdout, sys.stderr
+    timeout = _check_timeout(args.timeout)
+    precision = _SHORT[args.precision] if args.precision is not None else None
+    if not args.list:
+        for path, flag in ((args.json_report, "--json-report"), (args.junit_xml, "--junit-xml")):
+            if path is not None:
+                _check_report_path(path, flag)
     cases = _load_cases(args.golden)  # verifies schema and checksums before anything runs
-    xfails = load_xfails(args.xfails) if args.xfails else None
+    xfails = _load_xfails(load_xfails, args.xfails) if args.xfails else None
     if args.list:
         for c in select_cases(cases, args.select):
             needs = f", runs after {', '.join(c.requires)}" if c.requires else ""
             print(f"{c.id}  [{c.op}, {c.bug_class}{needs}]", file=out)
         return 0
     try:
-        backend = get_backend(args.backend, args.precision)
+        backend = get_backend(args.backend, precision)
+    except BackendNotFound as exc:
+        print(f"rope-ref conformance: error: {exc}", file=err)
+        return 2
     except BackendUnavailable as exc:
         print(f"rope-ref conformance: backend {args.backend!r} is unavailable here: {exc}", file=err)
         return 2
     runner = Runner(
         backend,
-        timeout=args.timeout if args.timeout is not None else DEFAULT_TIMEOUT,
+        timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
         spec=args.backend,
-        precision=args.precision,
+        precision=precision,
         golden=args.golden,
     )
     print(f"backend: {backend!r}", file=out)
@@ -106,8 +191,10 @@ def _run(args: argparse.Namespace) -> int:
         report.write_json(args.json_report)
     if args.junit_xml:
         report.write_junit_xml(args.junit_xml)
+    for line in _reason_lines(report.results):
+        print(line, file=out)
     c = report.counts()
     verdict = "FAILED" if not report.ok else "PASSED"
-    note = f" ({c['unsupported']} unsupported: not passes)" if c["unsupported"] else ""
+    note = f" ({c['unsupported']} unsupported, not counted as passed)" if c["unsupported"] else ""
     print(f"{verdict}: {report.headline()}{note}", file=out)
     return 0 if report.ok else 1

@@ -12,11 +12,19 @@ tensors the manifest lists. Any violation raises :class:`GoldenError` naming the
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import io
 import json
 import math
 import os
 import re
+import shutil
+import signal
+import stat
+import tempfile
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +33,18 @@ from typing import Any
 import numpy as np
 
 from .case import OPS, Case
-from .safetensors_io import SafetensorsError, read_npz, read_safetensors, safetensors_bytes, write_npz
+from .safetensors_io import (
+    SafetensorsError,
+    loads_bounded,
+    read_npz,
+    read_safetensors,
+    safetensors_bytes,
+    write_npz,
+)
 
 __all__ = [
     "GoldenError",
+    "GoldenWriteError",
     "SCHEMA_VERSION",
     "SUITE_VERSION",
     "MANIFEST",
@@ -44,7 +60,9 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 #: Version of the shipped case set, independent of the package version; bump when cases change.
-SUITE_VERSION = "1.1.0"
+SUITE_VERSION = "2.0.0"
+#: The licence of the golden vectors (the project's; the text is LICENSE at the repository root).
+LICENSE = "Apache-2.0"
 MANIFEST = "manifest.json"
 FORMATS = {"safetensors": ".safetensors", "npz": ".npz"}
 TOLERANCES = ("exact", "table", "trig", "rotation", "emulation", "decay")
@@ -164,11 +182,12 @@ def validate_manifest(manifest: Any, where: str = MANIFEST) -> None:
         manifest["provenance"],
         where,
         "/provenance",
-        ("rope_ref_version", "numpy_version", "generator", "source"),
-        ("informational",),
+        ("rope_ref_version", "generator", "source"),
+        ("informational", "numpy_version", "license"),
     )
-    for key in ("rope_ref_version", "numpy_version", "generator"):
-        _check_str(prov[key], where, f"/provenance/{key}")
+    for key in ("rope_ref_version", "generator", "numpy_version", "license"):
+        if key in prov:
+            _check_str(prov[key], where, f"/provenance/{key}")
     _check_str(prov["source"], where, "/provenance/source", choices=("catalogue", "custom"))
     if "informational" in prov and not isinstance(prov["informational"], dict):
         raise _fail(where, "/provenance/informational", "expected an object")
@@ -258,7 +277,7 @@ def _stored(arr: np.ndarray, what: str) -> np.ndarray:
     return arr
 
 
-def _tensor_file_bytes(case: Case, fmt: str, tmp: Path) -> bytes:
+def _tensor_file_bytes(case: Case, fmt: str) -> bytes:
     tensors = {}
     for role, group in (("inputs", case.inputs), ("expected", case.expected), ("aux", case.aux)):
         for name, arr in group.items():
@@ -267,10 +286,9 @@ def _tensor_file_bytes(case: Case, fmt: str, tmp: Path) -> bytes:
             tensors[f"{role}.{name}"] = _stored(arr, f"case {case.id!r} {role}.{name}")
     if fmt == "safetensors":
         return safetensors_bytes(tensors, {"case_id": case.id, "schema_version": str(SCHEMA_VERSION)})
-    write_npz(tmp, tensors)
-    data = tmp.read_bytes()
-    tmp.unlink()
-    return data
+    buf = io.BytesIO()
+    write_npz(buf, tensors)
+    return buf.getvalue()
 
 
 def _specs(group: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
@@ -279,43 +297,37 @@ def _specs(group: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
     }
 
 
-def write_golden(
-    cases: Iterable[Case],
-    out: str | os.PathLike,
-    *,
-    generator: str,
-    source: str = "catalogue",
-    fmt: str = "safetensors",
-    bug_classes: dict[str, str] | None = None,
-    informational: dict[str, Any] | None = None,
-) -> Path:
-    """Write ``cases`` as a golden directory at ``out``; deterministic (no timestamps, sorted tensors).
+# -- writing safely: stage, verify, swap in under a lock -------------------------------------------------
 
-    ``generator`` is the command line recorded as provenance; ``source`` is ``"catalogue"`` for the
-    built-in case set (``verify`` then also compares case ids with a fresh catalogue) or ``"custom"``.
-    Tensor files of an older manifest in ``out`` that the new one no longer lists are removed.
-    """
+#: Lock file and staging-directory prefix inside a target directory (both removed after a run).
+LOCK_NAME = ".rope-ref-golden.lock"
+STAGING_PREFIX = ".rope-ref-staging-"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+class GoldenWriteError(ValueError):
+    """``write_golden`` refused to write (target not ours, locked, unsafe); nothing was changed."""
+
+
+def _build_set(
+    cases: Iterable[Case], fmt: str, generator: str, source: str, bug_classes, informational
+) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Every file of the new set in memory, and its manifest (validated). Nothing touches the disk."""
     import rope_ref
 
     from .catalogue import BUG_CLASSES
 
-    if fmt not in FORMATS:
-        raise ValueError(f"fmt must be one of {sorted(FORMATS)}, got {fmt!r}")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    old_files: set[str] = set()
-    if (out / MANIFEST).exists():
-        try:
-            old_files = {c["file"] for c in json.loads((out / MANIFEST).read_text())["cases"]}
-        except (ValueError, KeyError, TypeError):
-            old_files = set()
+    files: dict[str, bytes] = {}
     entries = []
     for case in cases:
-        if not _ID_RE.match(case.id):
+        if not isinstance(case.id, str) or not _ID_RE.match(case.id):
             raise ValueError(f"case id {case.id!r} is not allowed (letters, digits, '_', '.', '-')")
         file = case.id + FORMATS[fmt]
-        data = _tensor_file_bytes(case, fmt, out / (file + ".tmp"))
-        (out / file).write_bytes(data)
+        if file in files:
+            raise ValueError(f"case id {case.id!r} occurs twice (each case needs its own file)")
+        data = _tensor_file_bytes(case, fmt)
+        files[file] = data
         entry: dict[str, Any] = {
             "id": case.id,
             "op": case.op,
@@ -339,7 +351,8 @@ def write_golden(
     classes = bug_classes if bug_classes is not None else BUG_CLASSES
     provenance: dict[str, Any] = {
         "rope_ref_version": rope_ref.__version__,
-        "numpy_version": np.__version__,
+        # No numpy_version since suite 2.0.0: the oracle's bits no longer depend on NumPy.
+        "license": LICENSE,
         "generator": generator,
         "source": source,
     }
@@ -353,12 +366,227 @@ def write_golden(
         "bug_classes": {k: v for k, v in classes.items() if k in used},
         "cases": entries,
     }
-    validate_manifest(manifest, str(out / MANIFEST))
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=True) + "\n", encoding="utf-8")
-    for stale in old_files - {e["file"] for e in entries}:
-        if _FILE_RE.match(stale) and (out / stale).is_file():
-            (out / stale).unlink()
+    validate_manifest(manifest, "the new manifest")
+    return files, manifest
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a hook the tests replace to simulate a full disk)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _write_new_file(path: Path, data: bytes) -> None:
+    """Create ``path`` (never an existing file, never through a symlink), write and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_regular(path: Path, limit: int = 256 * 1024 * 1024) -> bytes | None:
+    """Bytes of ``path`` if it is a regular file (not a symlink, FIFO or device), else ``None``."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        return None
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(limit + 1)
+
+
+def _owned_files(root: Path) -> tuple[dict[str, Any] | None, set[str]]:
+    """The existing manifest if it is verifiably ours, and the files we may replace or remove.
+
+    Ours means: ``manifest.json`` is a regular file holding a valid rope-ref manifest; a file it lists is
+    ours only if it is a regular file whose sha256 is the one the manifest records.
+    """
+    data = _read_regular(root / MANIFEST)
+    if data is None:
+        return None, set()
+    try:
+        manifest = _loads(data.decode("utf-8"), str(root / MANIFEST))
+        validate_manifest(manifest, str(root / MANIFEST))
+    except (GoldenError, UnicodeDecodeError):
+        return None, set()
+    owned = {MANIFEST}
+    for case in manifest["cases"]:
+        name = case["file"]
+        if not _FILE_RE.match(name):
+            continue
+        blob = _read_regular(root / name)
+        if blob is not None and hashlib.sha256(blob).hexdigest() == case["sha256"]:
+            owned.add(name)
+    return manifest, owned
+
+
+@contextlib.contextmanager
+def _exclusive_lock(root: Path):
+    """Hold ``root/LOCK_NAME`` with a non-blocking ``flock``; refuse at once if another run holds it."""
+    import fcntl
+
+    path = root / LOCK_NAME
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise GoldenWriteError(f"{path} is a symlink; refusing to follow it") from None
+            raise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise GoldenWriteError(
+                f"{root}: another 'rope-ref golden generate' is writing there (lock {LOCK_NAME} is held); "
+                f"nothing was changed"
+            ) from None
+        # The lock file may have been removed (and re-created) by the run that held it: retry then.
+        try:
+            same = os.path.samestat(os.fstat(fd), os.lstat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # still holding the lock, so no other run can be using this file
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT/SIGTERM (main thread only) until the block ends, then deliver them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    sigs = [s for s in (signal.SIGINT, signal.SIGTERM) if s is not None]
+    old = {s: signal.getsignal(s) for s in sigs}
+    for s in sigs:
+        signal.signal(s, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(caught):
+            os.kill(os.getpid(), s)
+
+
+def _is_our_staging(path: Path) -> bool:
+    """A leftover staging directory: a real directory holding only regular files with golden names."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    for entry in os.scandir(path):
+        if not entry.is_file(follow_symlinks=False):
+            return False
+        if entry.name != MANIFEST and not _FILE_RE.match(entry.name):
+            return False
+    return True
+
+
+def _prepare_target(out: Path) -> None:
+    """Create ``out`` if missing; refuse a symlink or a non-directory (never followed)."""
+    if out.is_symlink():
+        raise GoldenWriteError(f"--out {out} is a symlink; refusing to follow it (give the real directory)")
+    if os.path.lexists(out) and not out.is_dir():
+        raise GoldenWriteError(f"--out {out} exists and is not a directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        out.mkdir()
+    if out.is_symlink() or not out.is_dir():  # replaced under us between the checks
+        raise GoldenWriteError(f"--out {out} is not a plain directory; refusing to write")
+
+
+def write_golden(
+    cases: Iterable[Case],
+    out: str | os.PathLike,
+    *,
+    generator: str,
+    source: str = "catalogue",
+    fmt: str = "safetensors",
+    bug_classes: dict[str, str] | None = None,
+    informational: dict[str, Any] | None = None,
+    force: bool = False,
+) -> Path:
+    """Write ``cases`` as a golden directory at ``out``; deterministic (no timestamps, sorted tensors).
+
+    ``generator`` is the command line recorded as provenance; ``source`` is ``"catalogue"`` for the
+    built-in case set (``verify`` then also compares case ids with a fresh catalogue) or ``"custom"``.
+
+    Safety (see ``docs/golden-format.md``): every file is built and validated in memory first; under an
+    exclusive, non-blocking lock the set is written to a fresh staging directory inside ``out``, read back
+    and verified, then moved in file by file (``os.replace``, manifest last, with SIGINT/SIGTERM held
+    for those few renames). An error or interruption before that leaves the previous set untouched.
+    Symlinks are never followed. A non-empty ``out`` that is not a rope-ref golden set is refused unless
+    ``force``; even then only files that are ours (listed, with a matching sha256, by a valid rope-ref
+    manifest there) are replaced or removed, and any other file in the way is an error.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {sorted(FORMATS)}, got {fmt!r}")
+    if source not in ("catalogue", "custom"):
+        raise ValueError(f"source must be 'catalogue' or 'custom', got {source!r}")
+    if not isinstance(generator, str):
+        raise TypeError(f"generator must be a str, got {type(generator).__name__}")
+    files, manifest = _build_set(cases, fmt, generator, source, bug_classes, informational)
+    manifest_bytes = (json.dumps(manifest, indent=1, ensure_ascii=True) + "\n").encode("ascii")
+    out = Path(out)
+    _prepare_target(out)
+    with _exclusive_lock(out):
+        for entry in os.scandir(out):  # staging directories left by a killed run
+            if entry.name.startswith(STAGING_PREFIX) and _is_our_staging(Path(entry.path)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+        old_manifest, owned = _owned_files(out)
+        present = {e.name for e in os.scandir(out)} - {LOCK_NAME}
+        if old_manifest is None and present and not force:
+            raise GoldenWriteError(
+                f"--out {out} is not empty and is not a rope-ref golden set (holds e.g. "
+                f"{sorted(present)[0]!r}); choose an empty directory, or pass --force to add the set "
+                f"there (files that are not ours are never replaced or removed)"
+            )
+        in_the_way = sorted(n for n in (set(files) | {MANIFEST}) & present if n not in owned)
+        if in_the_way:
+            raise GoldenWriteError(
+                f"--out {out}: {in_the_way[0]!r} exists and is not a file of a rope-ref golden set there "
+                f"({len(in_the_way)} such file(s)); refusing to replace it, even with --force: move it away"
+            )
+        stale = sorted(owned - set(files) - {MANIFEST})
+        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
+        try:
+            for name, data in files.items():
+                _write_new_file(staging / name, data)
+            _write_new_file(staging / MANIFEST, manifest_bytes)
+            load_golden(staging)  # read back: schema, checksums, structure
+            with _signals_deferred():
+                for name in files:
+                    os.replace(staging / name, out / name)
+                os.replace(staging / MANIFEST, out / MANIFEST)
+                for name in stale:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(out / name)
+                _fsync_dir(out)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | _DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 # -- loading -------------------------------------------------------------------------------------------
@@ -370,14 +598,46 @@ def read_manifest(path: str | os.PathLike | None = None) -> tuple[Path, dict[str
     if not root.is_dir():
         raise GoldenError(f"{root}: not a golden directory (no such directory)")
     mpath = root / MANIFEST
-    if not mpath.is_file():
-        raise GoldenError(f"{mpath}: missing (a golden directory needs a {MANIFEST})")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GoldenError(f"{mpath}: not valid UTF-8 JSON ({exc})") from None
+    _check_regular(mpath, f"a golden directory needs a {MANIFEST}")
+    manifest = _loads(mpath.read_bytes(), str(mpath))
     validate_manifest(manifest, str(mpath))
     return root, manifest
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _check_regular(path: Path, why: str) -> None:
+    """Refuse a missing file or one that is not a regular file (a FIFO would block the reader)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise GoldenError(f"{path}: a dangling symlink ({why})") from None
+        raise GoldenError(f"{path}: missing ({why})") from None
+    except OSError as exc:
+        raise GoldenError(f"{path}: cannot be read ({exc.strerror}; {why})") from None
+    if not stat.S_ISREG(mode):
+        raise GoldenError(f"{path}: is {_kind(mode)}, not a regular file ({why})")
+
+
+def _loads(data: bytes | str, where: str) -> Any:
+    """Parse a manifest's JSON; bad UTF-8, bad JSON and absurd nesting raise :class:`GoldenError`."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return loads_bounded(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise GoldenError(f"{where}: not valid UTF-8 JSON ({exc})") from None
 
 
 def _safe_file(root: Path, name: str, mpath: Path) -> Path:
@@ -433,8 +693,7 @@ def load_golden(path: str | os.PathLike | None = None) -> list[Case]:
         fpath = _safe_file(root, case["file"], mpath)
         if not fpath.suffix == FORMATS[fmt]:
             raise GoldenError(f"{fpath}: the manifest's format is {fmt!r} but the file is {fpath.suffix}")
-        if not fpath.is_file():
-            raise GoldenError(f"{fpath}: missing (listed by case {case['id']!r})")
+        _check_regular(fpath, f"listed by case {case['id']!r}")
         data = fpath.read_bytes()
         digest = hashlib.sha256(data).hexdigest()
         if digest != case["sha256"]:
@@ -530,7 +789,7 @@ def verify_golden(path: str | os.PathLike | None = None) -> VerifyReport:
         try:
             fresh = evaluate(case.op, case.config, case.inputs, case.params)
             fresh_aux = auxiliary(case.op, case.config, case.inputs, case.params)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, ArithmeticError, RecursionError) as exc:
             report.problems.append(f"{case.id}: the oracle cannot evaluate this case ({exc})")
             continue
         if set(case.aux) != set(fresh_aux):

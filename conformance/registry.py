@@ -17,6 +17,7 @@ Each built-in lives in a module exposing ``make_backend(precision=None, **option
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -25,7 +26,7 @@ from typing import Any
 
 from .protocol import Backend
 
-__all__ = ["get_backend", "builtin_names", "BackendUnavailable", "ENTRY_POINT_GROUP"]
+__all__ = ["get_backend", "builtin_names", "BackendUnavailable", "BackendNotFound", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "rope_ref.backends"
 
@@ -95,6 +96,21 @@ def _import_user_module(module_name: str):
     return importlib.import_module(module_name)
 
 
+class BackendNotFound(BackendUnavailable, ValueError):
+    """The backend names a module that does not exist (a typo, usually): a usage error, not a missing
+    device. A :class:`BackendUnavailable` (and a ``ValueError``) for callers that catch either."""
+
+
+def _require_module(name: str, module_name: str) -> None:
+    """Raise :class:`BackendNotFound` if ``module_name`` cannot be found on ``sys.path``."""
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):  # a missing parent package, or an invalid name
+        spec = None
+    if spec is None:
+        raise BackendNotFound(f"backend {name!r}: no module named {module_name!r} (cannot import it)")
+
+
 def get_backend(name: str, precision: str | None = None) -> Backend:
     """Resolve ``name`` to a ready backend instance (see the module docstring for the rules)."""
     if not isinstance(name, str) or not name:
@@ -106,6 +122,7 @@ def get_backend(name: str, precision: str | None = None) -> Backend:
         target = name[len(_ARRAY_API_PREFIX) :]
         if not target:
             raise ValueError("backend 'array-api:' needs a module name, e.g. array-api:array_api_strict")
+        _require_module(name, target)
         return _from_module("rope_ref.backends.array_api", {"namespace": target}, precision)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import re
 import shlex
 import threading
@@ -370,8 +371,8 @@ class Runner:
     ) -> None:
         if not isinstance(backend, Backend):
             raise TypeError(f"backend must be a rope_ref.conformance.Backend, got {type(backend).__name__}")
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if isinstance(timeout, bool) or not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
+            raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
         self.backend = backend
         self.timeout = float(timeout)
         self.spec = spec or getattr(backend, "name", "?")

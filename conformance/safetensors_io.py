@@ -34,6 +34,8 @@ __all__ = [
     "write_npz",
     "NUMPY_TO_ST",
     "ST_TO_NUMPY",
+    "MAX_JSON_DEPTH",
+    "loads_bounded",
 ]
 
 #: Tensor names we write and accept in golden files (safetensors itself allows any string).
@@ -60,8 +62,29 @@ ST_TO_NUMPY = {v: k for k, v in NUMPY_TO_ST.items()}
 _MAX_HEADER = 100 * 1024 * 1024
 
 
+#: Deepest JSON nesting accepted in a safetensors header or a golden manifest (ours use 4 or 5 levels).
+MAX_JSON_DEPTH = 64
+
+
 class SafetensorsError(ValueError):
     """A file is not valid safetensors (or npz); the message starts with the file's path."""
+
+
+def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> object:
+    """``json.loads`` that refuses nesting deeper than ``max_depth`` with a ``ValueError`` (never a
+    ``RecursionError``, whose depth depends on the interpreter's stack)."""
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"JSON nested deeper than {max_depth} levels") from None
+    stack = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > max_depth:
+                raise ValueError(f"JSON nested deeper than {max_depth} levels")
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return obj
 
 
 def _check_name(name: object, where: str) -> str:
@@ -154,8 +177,8 @@ def read_safetensors(
             f"{where}: truncated or corrupt: header length {n} but the file has {len(blob)} bytes"
         )
     try:
-        header = json.loads(blob[8 : 8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        header = loads_bounded(blob[8 : 8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
         raise SafetensorsError(f"{where}: header is not valid UTF-8 JSON ({exc})") from None
     if not isinstance(header, dict):
         raise SafetensorsError(f"{where}: header must be a JSON object")
@@ -193,8 +216,9 @@ def read_safetensors(
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
-def write_npz(path: str | os.PathLike, tensors: dict[str, np.ndarray]) -> None:
-    """Write an uncompressed ``.npz`` that ``np.load(path, allow_pickle=False)`` reads.
+def write_npz(path: str | os.PathLike | io.BytesIO, tensors: dict[str, np.ndarray]) -> None:
+    """Write an uncompressed ``.npz`` that ``np.load(path, allow_pickle=False)`` reads (``path`` may be a
+    binary file object).
 
     Unlike ``np.savez`` the result is byte-for-byte deterministic: members are sorted and stamped
     with the zip epoch (1980-01-01). Object arrays are refused (they would need pickle).

@@ -17,7 +17,7 @@ Hence for every rotated element ``|got - expected| <= A r (k_i |m theta_i| u_a +
 with ``u_r = u_io + u_a + u_c``. Pass-through channels, position 0 when A = 1, and integer ids are
 exact. NaN and infinity never pass. Angles are always judged at float32 precision or better: a
 backend that declares bfloat16 or float16 angles is held to float32 angles, because half-precision
-angles are the bug (``known-bugs.md`` §1), not a policy.
+angles are the bug (``docs/known-bugs.md`` §1), not a policy.
 
 Each rule name of :attr:`rope_ref.conformance.case.Case.tolerance` maps to one function here.
 """

@@ -14,10 +14,11 @@ import numpy as np
 
 from ._interop import foreign_to_numpy
 
-__all__ = ["as_float64", "as_positions", "to_numpy", "check_broadcast"]
+__all__ = ["POSITION_LIMIT", "as_float64", "as_positions", "to_numpy", "check_broadcast"]
 
-# Integers beyond 2**53 cannot be held exactly by float64; the oracle refuses rather than rounds.
-_MAX_EXACT_INT = 2**53
+#: Largest |position| the oracle accepts, integer or real: the exact argument reduction of
+#: :mod:`rope_ref._exact_trig` is verified up to here (``docs/spec.md``, "Accuracy").
+POSITION_LIMIT = 2**40
 
 
 def to_numpy(obj: Any, name: str) -> np.ndarray:
@@ -26,6 +27,12 @@ def to_numpy(obj: Any, name: str) -> np.ndarray:
     Accepts NumPy arrays, Python scalars and (nested) sequences. Raises ``TypeError`` naming
     ``name`` for anything NumPy cannot turn into a numeric array.
     """
+    if isinstance(obj, (np.ma.MaskedArray, np.matrix)):
+        kind = "masked array" if isinstance(obj, np.ma.MaskedArray) else "np.matrix"
+        raise TypeError(
+            f"{name} is a {kind}, which the oracle does not accept (a mask would be ignored, a matrix "
+            "changes shapes); pass a plain ndarray (np.asarray / .filled())"
+        )
     if isinstance(obj, np.ndarray):
         return obj
     foreign = foreign_to_numpy(obj, name)
@@ -63,12 +70,13 @@ def _refuse_wider_than_float64(arr: np.ndarray, name: str) -> None:
 def as_positions(obj: Any, name: str = "positions") -> np.ndarray:
     """Convert integer or real positions to float64, rejecting NaN, inf and inexact integers."""
     arr = to_numpy(obj, name)
+    if arr.dtype == object and arr.size and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in arr.flat
+    ):
+        _check_limit([int(v) for v in arr.flat], name)  # Python ints beyond int64 raise here
     if arr.dtype.kind in "iu":
-        if arr.size and (int(arr.max()) > _MAX_EXACT_INT or int(arr.min()) < -_MAX_EXACT_INT):
-            raise ValueError(
-                f"{name} has integers beyond +-2**53 (e.g. {int(np.abs(arr).max())}), "
-                "which float64 cannot hold exactly"
-            )
+        if arr.size:
+            _check_limit([int(arr.min()), int(arr.max())], name)
         return arr.astype(np.float64)
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must be an integer or real floating-point array, got dtype {arr.dtype}")
@@ -77,7 +85,19 @@ def as_positions(obj: Any, name: str = "positions") -> np.ndarray:
     if arr.size and not np.all(np.isfinite(arr)):
         bad = arr[~np.isfinite(arr)].flat[0]
         raise ValueError(f"{name} must be finite, got {bad}")
+    if arr.size:
+        _check_limit([float(arr.min()), float(arr.max())], name)
     return arr
+
+
+def _check_limit(values: list, name: str) -> None:
+    """One rule for integer and real positions: ``|p| <= POSITION_LIMIT``; the message names the value."""
+    worst = max(values, key=abs)
+    if abs(worst) > POSITION_LIMIT:
+        raise ValueError(
+            f"{name} must lie within +-2**40 = +-{POSITION_LIMIT} (the range over which the oracle's "
+            f"argument reduction is exact), got {worst}"
+        )
 
 
 def check_broadcast(positions: np.ndarray, lead_shape: tuple[int, ...], name: str = "positions") -> None:

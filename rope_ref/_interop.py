@@ -15,6 +15,7 @@ Rules:
   oracle rotates real channel pairs; a complex tensor is almost always a LLaMA ``freqs_cis``
   passed by mistake).
 * Objects that are neither arrays, numbers nor sequences raise ``TypeError`` naming their type.
+* Sparse, nested (ragged) and quantized torch tensors raise ``TypeError`` saying how to make them dense.
 """
 
 from __future__ import annotations
@@ -68,6 +69,15 @@ def _torch_to_numpy(t: Any, name: str) -> np.ndarray:
     _reject_dtype(t.dtype, t, name)
     if t.device.type == "meta":
         raise TypeError(f"{name} is a torch tensor on the 'meta' device, which holds no values")
+    if getattr(t, "is_nested", False):
+        raise TypeError(
+            f"{name} is a nested torch tensor (ragged rows); pass one dense tensor per sequence "
+            "(t.unbind()) or a padded one (t.to_padded_tensor(0.0))"
+        )
+    if t.is_quantized:
+        raise TypeError(f"{name} is a quantized torch tensor ({t.dtype}); pass t.dequantize()")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} is a torch tensor with layout {t.layout}; pass a dense one (t.to_dense())")
     t = t.detach()
     if t.device.type != "cpu":
         t = t.to("cpu")

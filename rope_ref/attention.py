@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import as_float64, as_positions, to_numpy
+from ._fixed import exp_basic, fixed_dot, fixed_sum
 from .config import RopeConfig
 from .frequencies import _check_config, resolve_seq_len
 from .rotation import apply
@@ -36,6 +37,10 @@ def attention(
     q and k are rotated with the *same* frequencies: for length-dependent scalings (dynamic NTK,
     LongRoPE) ``seq_len`` defaults to max(all q and k positions) + 1, as HF computes one cos/sin table
     per forward pass.
+
+    Every reduction (the scores q.k, the softmax normaliser, the weighted sum of v) is a fixed pairwise
+    tree of elementwise additions and the softmax uses a basic-operation exp (:mod:`rope_ref._fixed`),
+    so the result is the same on every CPU, BLAS and thread count.
     """
     q_pos = as_positions(q_positions, "q_positions")
     k_pos = as_positions(k_positions, "k_positions")
@@ -49,7 +54,8 @@ def attention(
         raise ValueError("q, k and v must have at least 2 dimensions (..., seq, features)")
     if v.shape[-2] != kr.shape[-2]:
         raise ValueError(f"v.shape[-2] must equal k.shape[-2]={kr.shape[-2]}, got v.shape={v.shape}")
-    scores = qr @ np.swapaxes(kr, -1, -2) / np.sqrt(cfg.head_dim)
+    # scores[..., i, j] = sum_c q[..., i, c] k[..., j, c] / sqrt(d): a fixed tree over c, no BLAS.
+    scores = fixed_dot(qr[..., :, None, :], kr[..., None, :, :]) / np.sqrt(float(cfg.head_dim))
     if mask is not None:
         m = to_numpy(mask, "mask")
         try:
@@ -67,6 +73,8 @@ def attention(
     peak = np.max(scores, axis=-1, keepdims=True)
     if not np.all(np.isfinite(peak)):
         raise ValueError("mask leaves a query row with no finite score")
-    weights = np.exp(scores - peak)
-    probs = weights / weights.sum(axis=-1, keepdims=True)
-    return probs @ v, probs
+    weights = exp_basic(scores - peak)
+    probs = weights / fixed_sum(weights, axis=-1)[..., None]
+    # out[..., i, e] = sum_j probs[..., i, j] v[..., j, e]: the tree runs over j.
+    out = fixed_sum(probs[..., :, :, None] * v[..., None, :, :], axis=-2)
+    return out, probs

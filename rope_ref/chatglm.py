@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from . import _mp
 from ._arrays import as_float64, as_positions, check_broadcast, check_int, check_real, to_numpy
-from .config import RopeConfig
-from .rotation import apply
+from ._exact_trig import cos_sin_of_product
 
 __all__ = [
     "BOS_TOKEN_ID",
@@ -234,15 +234,26 @@ def fp16_cos_sin(
     base = _check_base(base)
     pos = _table_indices(positions, "positions")
     exponent = np.arange(0, rotary_dim, 2, dtype=np.float32) / np.float32(rotary_dim)
-    inv32 = np.float32(1.0) / np.power(np.float32(base), exponent, dtype=np.float32)
+    inv32 = np.float32(1.0) / _pow_float32(float(np.float32(base)), exponent)
     inv16 = inv32.astype(np.float16)
     t16 = pos.astype(np.float16)
     # float16 * float16 is exact in float64 (11 + 11 significant bits); round the product once.
     freqs16 = (t16.astype(np.float64)[..., None] * inv16.astype(np.float64)).astype(np.float16)
     emb = np.concatenate([freqs16, freqs16], axis=-1).astype(np.float64)
-    cos16 = np.cos(emb).astype(np.float32).astype(np.float16)
-    sin16 = np.sin(emb).astype(np.float32).astype(np.float16)
-    return cos16, sin16
+    cos, sin = cos_sin_of_product(emb, 1.0)
+    return cos.astype(np.float32).astype(np.float16), sin.astype(np.float32).astype(np.float16)
+
+
+def _pow_float32(base: float, exponent: np.ndarray) -> np.ndarray:
+    """``base ** exponent`` correctly rounded to float32, per entry (exact value from :mod:`rope_ref._mp`).
+
+    PyTorch's float32 ``pow`` is within an ulp of this; a correctly rounded value is the one answer that
+    does not depend on the CPU (``np.power`` in float32 does).
+    """
+    mp = _mp.ctx()
+    ln_base = mp.log(_mp.exact(base))
+    values = [_mp.to_float32(mp.exp(ln_base * _mp.exact(e))) for e in exponent.tolist()]
+    return np.array(values, dtype=np.float32)
 
 
 def _rotate_half_fp16(x16: np.ndarray, cos16: np.ndarray, sin16: np.ndarray) -> np.ndarray:
@@ -293,10 +304,12 @@ def apply_2d(
     check_broadcast(blk, lead, "block_position_ids")
     out = np.empty(x.shape, dtype=np.float64)
     if precision == "float64":
-        cfg = RopeConfig(half, layout="half", base=base)
-        out[..., :half] = apply(x[..., :half], pos, cfg)
-        out[..., half:] = apply(x[..., half:], blk, cfg)
-        return out
+        # One instance of the multi-axis mechanism (rope_ref.multiaxis.chatglm_2d): stream 0 = position
+        # ids on the first half-head, stream 1 = block ids on the second, half layout inside each.
+        from . import multiaxis
+
+        both = multiaxis.stack_positions(pos, blk, name="position_ids/block_position_ids")
+        return multiaxis.apply(x, both, multiaxis.chatglm_2d(head_dim, base))
     x16 = x.astype(np.float16)
     halves = ((slice(0, half), pos, "position_ids"), (slice(half, None), blk, "block_position_ids"))
     for sl, ids, name in halves:

@@ -93,8 +93,13 @@ class RopeConfig:
         return self.rotary_dim // 2
 
     @classmethod
-    def from_hf(cls, config: dict, *, layout: str, layer_type: str | None = None) -> RopeConfig:
-        """The RoPE of an HF ``config.json`` dict (transformers v5 rules; see :mod:`rope_ref.hf_config`)."""
+    def from_hf(cls, config: dict, *, layout: str | None = None, layer_type: str | None = None) -> RopeConfig:
+        """The RoPE of an HF ``config.json`` dict or ``to_dict()`` (see :mod:`rope_ref.hf_config`).
+
+        ``layout`` may be omitted where the config fixes it (``model_type``, ``rope_interleave``, ...);
+        a contradicting one is an error. Gemma 3 needs ``layer_type`` (``"full_attention"`` or
+        ``"sliding_attention"``); :func:`rope_ref.hf_config.rope_configs_from_hf` gives both.
+        """
         from .hf_config import rope_config_from_hf
 
         return rope_config_from_hf(config, layout=layout, layer_type=layer_type)

@@ -20,14 +20,23 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._arrays import as_float64, as_positions, check_int, check_real
+from ._exact_trig import cos_sin_of_product
+from ._fixed import fixed_sum
 from .config import RopeConfig
 from .frequencies import _check_config, attention_factor, inv_freq, resolve_seq_len
 from .rotation import pair_indices
 
 __all__ = ["relative_upper_bound", "abel_bound", "AbelBound", "score_curve", "plot_decay", "config_label"]
 
-#: Default memory budget of one chunk of :func:`relative_upper_bound` (bytes of float64 work arrays).
+#: Default memory budget of one chunk of :func:`relative_upper_bound`, :func:`abel_bound` and
+#: :func:`score_curve` (bytes of float64 work arrays).
 DEFAULT_MAX_BYTES = 32 * 2**20
+
+#: Largest ``samples`` accepted by :func:`score_curve` (the work is chunked; this bounds the time).
+MAX_SAMPLES = 10_000_000
+
+# Float64 work arrays of one distance row, counted generously (the trig kernel's temporaries included).
+_WORK_ARRAYS = 24
 
 
 def _distances_and_seq_len(
@@ -62,16 +71,10 @@ def relative_upper_bound(
     n = theta.size
     flat = r.reshape(-1)
     out = np.empty(flat.shape, dtype=np.float64)
-    rows = max(1, max_bytes // (2 * 8 * n))  # two float64 (rows, n) buffers
-    re = np.empty((min(rows, max(flat.size, 1)), n))
-    im = np.empty_like(re)
+    rows = max(1, max_bytes // (_WORK_ARRAYS * 8 * n))
     for start in range(0, flat.size, rows):
-        chunk = flat[start : start + rows]
-        c = chunk.size
-        a, b = re[:c], im[:c]
-        np.multiply(chunk[:, None], theta[None, :], out=a)
-        np.sin(a, out=b)
-        np.cos(a, out=a)
+        a, b = cos_sin_of_product(flat[start : start + rows, None], theta)
+        # Running sums are sequential (np.add.accumulate), so their order is fixed.
         np.cumsum(a, axis=1, out=a)
         np.cumsum(b, axis=1, out=b)
         # |S_j| = sqrt(Re^2 + Im^2); no overflow risk (|S_j| <= j), and cheaper than np.hypot.
@@ -79,7 +82,7 @@ def relative_upper_bound(
         np.multiply(b, b, out=b)
         np.add(a, b, out=a)
         np.sqrt(a, out=a)
-        np.mean(a, axis=1, out=out[start : start + c])
+        out[start : start + a.shape[0]] = fixed_sum(a, axis=1) / n
     return out.reshape(r.shape)
 
 
@@ -88,12 +91,6 @@ class AbelBound(NamedTuple):
 
     exact: np.ndarray
     bound: np.ndarray
-
-
-def _complex_pairs(x: np.ndarray, cfg: RopeConfig) -> np.ndarray:
-    """Pair i of ``x`` as the complex number x_a + i x_b, following the config's layout."""
-    a, b = pair_indices(cfg)
-    return x[..., a] + 1j * x[..., b]
 
 
 def _check_vector(x: Any, cfg: RopeConfig, name: str) -> np.ndarray:
@@ -125,14 +122,40 @@ def abel_bound(q: Any, k: Any, distance: Any, cfg: RopeConfig, *, seq_len: int |
     except ValueError:
         raise ValueError(f"distance of shape {r.shape} does not broadcast against q/k shape {lead}") from None
     theta = inv_freq(cfg, seq_len)
-    h = _complex_pairs(q, cfg) * np.conj(_complex_pairs(k, cfg))
-    phase = np.exp(1j * (r[..., None] * theta))
-    exact = np.abs(np.sum(h * phase, axis=-1))
-    h_next = np.concatenate([h[..., 1:], np.zeros_like(h[..., :1])], axis=-1)
-    max_step = np.max(np.abs(h_next - h), axis=-1)
+    h_re, h_im = _pair_products(q, k, cfg)
+    # max_i |h_{i+1} - h_i| with h_{d/2} = 0, and sum_j |S_j(r)|, per (broadcast) q/k row.
+    d_re = np.concatenate([h_re[..., 1:], np.zeros_like(h_re[..., :1])], axis=-1) - h_re
+    d_im = np.concatenate([h_im[..., 1:], np.zeros_like(h_im[..., :1])], axis=-1) - h_im
+    max_step = np.max(np.sqrt(d_re * d_re + d_im * d_im), axis=-1)
     sum_abs_s = theta.size * relative_upper_bound(r, cfg, seq_len=seq_len)
-    bound = max_step * sum_abs_s
-    return AbelBound(np.broadcast_to(exact, lead).copy(), np.broadcast_to(bound, lead).copy())
+    bound = np.broadcast_to(max_step * sum_abs_s, lead).copy()
+    # |sum_i h_i e^{i r theta_i}|, chunked along the leading axis so the (rows, n) tables stay bounded.
+    lead_1 = lead if lead else (1,)
+    h_re, h_im = (
+        np.broadcast_to(a, lead + a.shape[-1:]).reshape(lead_1 + a.shape[-1:]) for a in (h_re, h_im)
+    )
+    r_full = np.broadcast_to(r, lead).reshape(lead_1)
+    exact = np.empty(lead_1, dtype=np.float64)
+    per_row = int(np.prod(lead_1[1:], dtype=np.int64)) * theta.size
+    rows = max(1, DEFAULT_MAX_BYTES // (_WORK_ARRAYS * 8 * per_row))
+    for start in range(0, lead_1[0], rows):
+        sl = slice(start, start + rows)
+        c, s = cos_sin_of_product(r_full[sl][..., None], theta)
+        re = fixed_sum(h_re[sl] * c - h_im[sl] * s, axis=-1)
+        im = fixed_sum(h_re[sl] * s + h_im[sl] * c, axis=-1)
+        exact[sl] = np.sqrt(re * re + im * im)
+    return AbelBound(exact.reshape(lead), bound)
+
+
+def _pair_products(q: np.ndarray, k: np.ndarray, cfg: RopeConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Real and imaginary parts of h_i = q_pair_i * conj(k_pair_i), spelled out in real arithmetic.
+
+    (qa + i qb)(ka - i kb) = (qa ka + qb kb) + i (qb ka - qa kb). NumPy's complex multiply may use
+    fused multiply-adds on some CPUs; these four products and two sums round the same everywhere.
+    """
+    a, b = pair_indices(cfg)
+    qa, qb, ka, kb = q[..., a], q[..., b], k[..., a], k[..., b]
+    return qa * ka + qb * kb, qb * ka - qa * kb
 
 
 def score_curve(
@@ -158,13 +181,16 @@ def score_curve(
     - ``q``, ``k`` of shape ``(..., head_dim)``: the score averaged over their (broadcast) leading axes.
     - ``samples > 0`` (q and k must be None): the average over ``samples`` random pairs, q ~ N(0, I)
       and k = rho q + sqrt(1 - rho**2) eps with rho = ``correlation``, eps ~ N(0, I), drawn with
-      ``numpy.random.default_rng(seed)``.
-      Its expectation is rho times the all-ones curve.
+      ``numpy.random.default_rng(seed)`` (normal draws by Irwin-Hall, see :func:`_irwin_hall`, so the
+      bits do not depend on the C library), in chunks of bounded memory; at most
+      :data:`MAX_SAMPLES` samples. Its expectation is rho times the all-ones curve.
 
     The score is linear in h, so averaging h over samples first is exact.
     """
     cfg = _check_config(cfg)
     samples = check_int(samples, "samples", minimum=0)
+    if samples > MAX_SAMPLES:
+        raise ValueError(f"samples must be <= {MAX_SAMPLES}, got {samples}")
     r, seq_len = _distances_and_seq_len(distances, cfg, seq_len)
     if samples:
         if q is not None or k is not None:
@@ -173,34 +199,74 @@ def score_curve(
         rho = check_real(correlation, "correlation")
         if not -1.0 <= rho <= 1.0:
             raise ValueError(f"correlation must be in [-1, 1], got {rho}")
-        rng = np.random.default_rng(seed)
-        q = rng.standard_normal((samples, cfg.head_dim))
-        k = rho * q + np.sqrt(1.0 - rho * rho) * rng.standard_normal((samples, cfg.head_dim))
+        h_re, h_im, passthrough = _sampled_pair_means(cfg, samples, seed, rho)
     else:
         if (q is None) != (k is None):
             raise ValueError("pass both q and k, or neither")
         if q is None:
             q = k = np.ones(cfg.head_dim)
-    q = _check_vector(q, cfg, "q")
-    k = _check_vector(k, cfg, "k")
-    try:
-        q, k = np.broadcast_arrays(q, k)
-    except ValueError:
-        raise ValueError(f"q of shape {q.shape} and k of shape {k.shape} do not broadcast together") from None
-    q2 = q.reshape(-1, cfg.head_dim)
-    k2 = k.reshape(-1, cfg.head_dim)
-    h = np.mean(_complex_pairs(q2, cfg) * np.conj(_complex_pairs(k2, cfg)), axis=0)
-    rd = cfg.rotary_dim
-    passthrough = float(np.mean(np.sum(q2[:, rd:] * k2[:, rd:], axis=-1)))
+        q = _check_vector(q, cfg, "q")
+        k = _check_vector(k, cfg, "k")
+        try:
+            q, k = np.broadcast_arrays(q, k)
+        except ValueError:
+            raise ValueError(
+                f"q of shape {q.shape} and k of shape {k.shape} do not broadcast together"
+            ) from None
+        q2 = q.reshape(-1, cfg.head_dim)
+        k2 = k.reshape(-1, cfg.head_dim)
+        if q2.shape[0] == 0:
+            raise ValueError(f"q and k must hold at least one vector to average over, got shape {q.shape}")
+        h_re, h_im, passthrough = (v / q2.shape[0] for v in _pair_sums(q2, k2, cfg))
     theta = inv_freq(cfg, seq_len)
     scale = attention_factor(cfg, seq_len) ** 2
     flat = r.reshape(-1)
     out = np.empty(flat.shape, dtype=np.float64)
-    rows = max(1, DEFAULT_MAX_BYTES // (3 * 8 * theta.size))
+    rows = max(1, DEFAULT_MAX_BYTES // (_WORK_ARRAYS * 8 * theta.size))
     for start in range(0, flat.size, rows):
-        ang = flat[start : start + rows, None] * theta
-        out[start : start + rows] = np.cos(ang) @ h.real - np.sin(ang) @ h.imag
+        c, s = cos_sin_of_product(flat[start : start + rows, None], theta)
+        out[start : start + rows] = fixed_sum(c * h_re - s * h_im, axis=-1)
     return (scale * out + passthrough).reshape(r.shape)
+
+
+def _pair_sums(q2: np.ndarray, k2: np.ndarray, cfg: RopeConfig) -> tuple[np.ndarray, np.ndarray, float]:
+    """Sums over rows of h_i (real and imaginary parts) and of the pass-through dot product."""
+    h_re, h_im = _pair_products(q2, k2, cfg)
+    rd = cfg.rotary_dim
+    through = float(fixed_sum(fixed_sum(q2[:, rd:] * k2[:, rd:], axis=-1)))
+    return fixed_sum(h_re, axis=0), fixed_sum(h_im, axis=0), through
+
+
+def _irwin_hall(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Approximately N(0, 1): the sum of 12 exact uniforms minus 6, added in a fixed order.
+
+    ``standard_normal`` would reach the C library's ``log``/``exp`` in its tails, whose bits vary
+    between platforms; this uses only exact uniforms and additions.
+    """
+    total = np.zeros(shape)
+    for _ in range(12):
+        total += rng.random(shape)
+    return total - 6.0
+
+
+def _sampled_pair_means(cfg: RopeConfig, samples: int, seed: int, rho: float):
+    """Means of h_i and of the pass-through product over ``samples`` random (q, k) pairs, drawn in chunks.
+
+    Chunk c draws its q rows, then its eps rows; chunk sums are added in chunk order, so the answer
+    depends only on (samples, seed, rho) and memory stays within :data:`DEFAULT_MAX_BYTES`.
+    """
+    rng = np.random.default_rng(seed)
+    noise = np.sqrt(1.0 - rho * rho)
+    rows = max(1, DEFAULT_MAX_BYTES // (8 * 8 * cfg.head_dim))
+    n = cfg.rotary_dim // 2
+    h_re, h_im, through = np.zeros(n), np.zeros(n), 0.0
+    for start in range(0, samples, rows):
+        count = min(rows, samples - start)
+        q = _irwin_hall(rng, (count, cfg.head_dim))
+        k = rho * q + noise * _irwin_hall(rng, (count, cfg.head_dim))
+        s_re, s_im, s_through = _pair_sums(q, k, cfg)
+        h_re, h_im, through = h_re + s_re, h_im + s_im, through + s_through
+    return h_re / samples, h_im / samples, through / samples
 
 
 def config_label(cfg: RopeConfig) -> str:
@@ -287,7 +353,10 @@ def decay_distances(max_distance: float, step: float = 1.0) -> np.ndarray:
         raise ValueError(f"max_distance must be > 0, got {max_distance}")
     if step <= 0:
         raise ValueError(f"step must be > 0, got {step}")
-    count = int(np.floor(max_distance / step + 1e-9)) + 1
-    if count > 10_000_000:
-        raise ValueError(f"max_distance / step gives {count} points; at most 10^7 are allowed")
+    ratio = max_distance / step  # may be inf (1e308 / 1e-10): compared before any int conversion
+    if not ratio < 10_000_000:
+        raise ValueError(
+            f"max_distance / step = {ratio:.4g} gives more than 10^7 points; at most 10^7 are allowed"
+        )
+    count = int(np.floor(ratio + 1e-9)) + 1
     return np.arange(count, dtype=np.float64) * step

@@ -1,24 +1,35 @@
 """Build a :class:`~rope_ref.config.RopeConfig` from a Hugging Face ``config.json`` dict.
 
-Follows ``transformers`` v5 semantics (``src/transformers/modeling_rope_utils.py``:
-``RotaryEmbeddingConfigMixin.standardize_rope_params`` and the ``_compute_*_parameters`` functions):
+Raw ``config.json`` files and transformers' ``PretrainedConfig.to_dict()`` output are both accepted.
+The rules follow transformers 5.23 (``src/transformers/modeling_rope_utils.py``:
+``RotaryEmbeddingConfigMixin.convert_rope_params_to_dict`` / ``standardize_rope_params`` and the
+``_compute_*_parameters`` functions; each model's ``configuration_*.py`` / ``modeling_*.py`` for the
+family rules below). Per family keys: ``docs/scaling.md``.
 
 * rope dict: ``rope_scaling`` if present and non-empty, else ``rope_parameters``; its type is
-  ``rope_type``, else the legacy ``type``, else ``"default"``. A ``rope_parameters`` dict keyed by layer
-  type (Gemma 3 style) needs ``layer_type``.
-* ``rope_theta``: the rope dict's, else the top-level one. Required (rope-ref does not guess a model's
-  default base).
-* ``partial_rotary_factor``: the top-level one wins over the rope dict's (HF overwrites); default 1.
-* head size: ``qk_rope_head_dim`` (DeepSeek MLA: HF sets ``head_dim = qk_rope_head_dim``), else
-  ``head_dim``, else ``hidden_size / num_attention_heads``; rotary width
-  ``int(head_size * partial_rotary_factor)``.
+  ``rope_type``, else the legacy ``type``, else ``"default"``. A dict keyed by layer type (Gemma 3)
+  needs ``layer_type``; a ``layer_type`` for a config that has one rope is an error.
+* base: the rope dict's ``rope_theta``, else the top-level ``rope_theta`` (``rotary_emb_base`` for
+  GPT-NeoX, ``rope_local_base_freq`` for Gemma 3 sliding layers, times ``rope_ratio`` for ChatGLM3 and
+  GLM-4; ChatGLM2-6B-32k, named by ``_name_or_path``, divides positions by it instead: linear scaling),
+  else the model type's default in transformers (:data:`DEFAULT_THETA`); unknown model types need it.
+* rotary fraction: the rope dict's ``partial_rotary_factor``, else the top-level one (transformers
+  ``setdefault``), else ``rotary_pct`` (GPT-NeoX), else the model type's default (GPT-NeoX 0.25,
+  StableLM 0.25, Phi-1/2 0.5, GLM 0.5), else 1. GPT-J gives the width directly as ``rotary_dim``.
+* head size: ``qk_rope_head_dim`` (DeepSeek MLA: transformers sets ``head_dim = qk_rope_head_dim``),
+  else ``head_dim``, else ``kv_channels`` (ChatGLM2/3), else ``hidden_size / num_attention_heads``;
+  rotary width ``int(head_size * fraction)`` (truncation, as transformers; never ``round``).
 * original context for ``yarn``, ``llama3`` and ``longrope``: a top-level
-  ``original_max_position_embeddings`` wins (HF's Phi-3 exception), else the rope dict's, else
-  ``max_position_embeddings``. ``dynamic`` uses ``max_position_embeddings``, as HF does.
+  ``original_max_position_embeddings`` wins (the Phi-3 exception), else the rope dict's, else
+  ``max_position_embeddings``. ``dynamic`` uses ``max_position_embeddings`` and needs it.
 * YaRN ``factor``: the explicit value wins (transformers PR #40320); derived as
   ``max_position_embeddings / original_max_position_embeddings`` only when missing. LongRoPE likewise.
-
-``config.json`` does not say which pairing layout the model uses, so ``layout`` is required.
+* layout: decided by ``rope_interleave`` (DeepSeek-V3, Kimi-K2), ``original_rope`` (ChatGLM2/3), else
+  by ``model_type`` (:data:`LAYOUT_BY_MODEL_TYPE`). When decided, ``layout`` may be omitted; a
+  contradicting ``layout`` is an error naming the deciding key. Otherwise ``layout`` is required.
+* a key about rotary embeddings that rope-ref does not understand is an error, never ignored
+  (:data:`UNDERSTOOD_KEYS`); so are ALiBi Falcon (no rotary embedding) and ChatGLM-6B's 2D positions
+  (see :mod:`rope_ref.chatglm`).
 """
 
 from __future__ import annotations
@@ -27,37 +38,156 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._arrays import check_int, check_real
-from .config import RopeConfig
+from .config import LAYOUTS, RopeConfig
 from .scaling import LongRoPE, scaling_from_hf
 
-__all__ = ["rope_config_from_hf"]
+__all__ = [
+    "rope_config_from_hf",
+    "rope_configs_from_hf",
+    "infer_layout",
+    "LAYOUT_BY_MODEL_TYPE",
+    "DEFAULT_THETA",
+    "UNDERSTOOD_KEYS",
+]
 
 _NEEDS_ORIGINAL = ("yarn", "llama3", "longrope")
 
+#: Pairing layout fixed by the model's code in transformers (``rotate_half`` -> half; GPT-J
+#: ``rotate_every_two``, Cohere's and GLM's interleaved ``rotate_half``, complex ``freqs_cis`` in
+#: DeepSeek-V2 and Llama 4 -> interleaved). HF-format Llama/Mistral/Qwen checkpoints are permuted
+#: for ``rotate_half`` (``convert_llama_weights_to_hf.py``), so they are half.
+LAYOUT_BY_MODEL_TYPE = {
+    **dict.fromkeys(
+        (
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen2_moe",
+            "qwen3",
+            "qwen3_moe",
+            "gemma",
+            "gemma2",
+            "gemma3",
+            "gemma3_text",
+            "phi",
+            "phi3",
+            "phimoe",
+            "stablelm",
+            "gpt_neox",
+            "falcon",
+            "RefinedWeb",
+            "RefinedWebModel",
+            "internlm",
+            "internlm2",
+            "internlm3",
+        ),
+        "half",
+    ),
+    **dict.fromkeys(
+        ("gptj", "cohere", "cohere2", "glm", "glm4", "deepseek_v2", "llama4", "llama4_text"), "interleaved"
+    ),
+}
+
+# Decided by a key (with its default when absent) rather than by the model type alone.
+_INTERLEAVE_KEY_TYPES = {"deepseek_v3": True, "kimi_k2": True}  # rope_interleave, default True
+_CHATGLM_TYPES = ("chatglm",)  # original_rope: True -> interleaved (vLLM chatglm.py; HF-Hub code)
+
+#: transformers' ``default_theta`` of each model type, used when a config omits its base.
+DEFAULT_THETA = {
+    **dict.fromkeys(
+        (
+            "llama",
+            "mistral",
+            "qwen2",
+            "qwen2_moe",
+            "qwen3",
+            "qwen3_moe",
+            "gemma",
+            "gemma2",
+            "phi",
+            "phi3",
+            "stablelm",
+            "gpt_neox",
+            "gptj",
+            "falcon",
+            "RefinedWeb",
+            "RefinedWebModel",
+            "glm",
+            "glm4",
+            "deepseek_v2",
+            "deepseek_v3",
+            "internlm2",
+            "internlm3",
+            "chatglm",
+        ),
+        10000.0,
+    ),
+    "cohere": 500000.0,
+    "llama4": 500000.0,
+    "llama4_text": 500000.0,
+    "mixtral": 1000000.0,
+}
+
+# transformers' default rotary fraction where the model type has one other than 1.
+_DEFAULT_FRACTION = {"gpt_neox": 0.25, "stablelm": 0.25, "phi": 0.5, "glm": 0.5, "glm4": 0.5}
+_GEMMA3_TYPES = ("gemma3", "gemma3_text")
+_GEMMA3_LAYERS = ("full_attention", "sliding_attention")
+
+#: Top-level keys about rotary embeddings that rope-ref reads (or knows not to change the rotation).
+#: Any other top-level key containing "rope" or "rotary" is refused rather than ignored.
+UNDERSTOOD_KEYS = frozenset(
+    {
+        "rope_scaling",
+        "rope_parameters",
+        "rope_theta",
+        "rotary_emb_base",
+        "rotary_pct",
+        "rotary_dim",
+        "partial_rotary_factor",
+        "rope_interleave",
+        "rope_local_base_freq",
+        "rope_ratio",
+        "qk_rope_head_dim",
+        "original_rope",
+        # Which layers use RoPE at all (Llama 4's NoPE layers, SmolLM3): not how RoPE rotates.
+        "no_rope_layers",
+        "no_rope_layer_interval",
+        "use_rope",
+        # Flash-attention rotary kernel switches (InternLM2, Phi): implementation choices, same maths.
+        "use_flash_rotary",
+    }
+)
+
 
 def _rope_dict(config: Mapping[str, Any], layer_type: str | None) -> dict[str, Any]:
-    raw = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling")
+    raw = scaling or config.get("rope_parameters") or {}
     if not isinstance(raw, Mapping):
         raise ValueError(f"rope_scaling / rope_parameters must be a dict, got {type(raw).__name__}")
-    nested = bool(raw) and all(isinstance(v, Mapping) for v in raw.values())
+    nested = any(isinstance(v, Mapping) for v in raw.values()) and all(
+        isinstance(v, Mapping) or v is None for v in raw.values()
+    )
     if nested:
         if layer_type is None:
             raise ValueError(
-                f"rope_parameters is keyed by layer type {sorted(raw)}; pass layer_type= to choose one"
+                f"rope_parameters is keyed by layer type {sorted(raw)}; pass layer_type= to choose one "
+                "(or use rope_configs_from_hf for all of them)"
             )
         if layer_type not in raw:
             raise ValueError(f"layer_type {layer_type!r} is not in rope_parameters (has {sorted(raw)})")
-        raw = raw[layer_type]
-    elif layer_type is not None:
+        raw = raw[layer_type] or {}
+    elif layer_type is not None and config.get("model_type") not in _GEMMA3_TYPES:
         raise ValueError(f"layer_type={layer_type!r} given but rope_parameters is not keyed by layer type")
     return dict(raw)
 
 
 def _head_size(config: Mapping[str, Any]) -> int:
-    for key in ("qk_rope_head_dim", "head_dim"):
+    for key in ("qk_rope_head_dim", "head_dim", "kv_channels"):
         if config.get(key) is not None:
             return check_int(config[key], key, minimum=2)
-    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    hidden = config.get("hidden_size", config.get("n_embd"))  # GPT-J spells them n_embd / n_head
+    heads = config.get("num_attention_heads", config.get("n_head"))
     if hidden is None or heads is None:
         missing = "hidden_size" if hidden is None else "num_attention_heads"
         raise ValueError(f"config has no 'head_dim' and is missing {missing!r} to derive it")
@@ -68,45 +198,188 @@ def _head_size(config: Mapping[str, Any]) -> int:
     return hidden // heads
 
 
+def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's config of a multimodal wrapper (Llama 4, Gemma 3): ``text_config``."""
+    text = config.get("text_config")
+    rope_keys = ("rope_theta", "rope_scaling", "rope_parameters", "hidden_size", "head_dim")
+    if isinstance(text, Mapping) and not any(k in config for k in rope_keys):
+        return text
+    return config
+
+
+def _check_keys(config: Mapping[str, Any]) -> None:
+    unknown = sorted(
+        k for k in config if ("rope" in k.lower() or "rotary" in k.lower()) and k not in UNDERSTOOD_KEYS
+    )
+    if unknown:
+        raise ValueError(
+            f"config has keys about rotary embeddings that rope-ref does not understand: {unknown}; "
+            "refusing rather than ignoring them (see docs/scaling.md for the keys of each family)"
+        )
+    if config.get("alibi"):
+        raise ValueError("config has alibi=True: this Falcon variant uses ALiBi, not rotary embeddings")
+    if config.get("position_encoding_2d"):
+        raise ValueError(
+            "config has position_encoding_2d=True: ChatGLM-6B's 2D rotary is rope_ref.chatglm.apply_2d, "
+            "not one RopeConfig"
+        )
+    if config.get("use_rope") is False:
+        raise ValueError("config has use_rope=False: the model uses no rotary embedding")
+
+
+def infer_layout(config: Mapping[str, Any]) -> tuple[str | None, str]:
+    """``(layout, deciding key)`` fixed by the config, or ``(None, reason)`` when it does not say."""
+    config = _text_config(config)
+    model_type = config.get("model_type")
+    if "rope_interleave" in config or model_type in _INTERLEAVE_KEY_TYPES:
+        value = config.get("rope_interleave", _INTERLEAVE_KEY_TYPES.get(model_type, True))
+        if value is None:
+            value = True
+        shown = f"rope_interleave={value!r}" + ("" if "rope_interleave" in config else " (its default)")
+        return ("interleaved" if value else "half"), shown
+    if model_type in _CHATGLM_TYPES:
+        value = config.get("original_rope", True)
+        return ("interleaved" if value else "half"), f"original_rope={value!r} (model_type 'chatglm')"
+    if model_type in LAYOUT_BY_MODEL_TYPE:
+        return LAYOUT_BY_MODEL_TYPE[model_type], f"model_type={model_type!r}"
+    return None, f"model_type={model_type!r}" if model_type else "no model_type"
+
+
+def _layout(config: Mapping[str, Any], layout: str | None) -> str:
+    inferred, decided_by = infer_layout(config)
+    if layout is None:
+        if inferred is None:
+            raise ValueError(
+                f"layout is required: the config does not fix the pairing layout ({decided_by}); pass "
+                f"layout= one of {LAYOUTS}"
+            )
+        return inferred
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if inferred is not None and layout != inferred:
+        raise ValueError(
+            f"layout={layout!r} contradicts the config: {decided_by} means layout={inferred!r} "
+            "(omit layout= to use it)"
+        )
+    return layout
+
+
+def _base(config: Mapping[str, Any], rope: dict[str, Any], layer_type: str | None) -> float:
+    model_type = config.get("model_type")
+    theta = rope.pop("rope_theta", None)
+    gemma3_local = model_type in _GEMMA3_TYPES and layer_type == "sliding_attention"
+    if theta is None and gemma3_local:
+        theta = config.get("rope_local_base_freq", 10000.0)
+    for key in ("rope_theta", "rotary_emb_base"):
+        if theta is None:
+            theta = config.get(key)
+    if theta is None:
+        theta = 1_000_000.0 if model_type in _GEMMA3_TYPES else DEFAULT_THETA.get(model_type)
+    if theta is None:
+        raise ValueError(
+            "config is missing the key 'rope_theta' (top level or inside rope_parameters) and its "
+            f"model_type {model_type!r} has no known default base"
+        )
+    theta = check_real(theta, "rope_theta")
+    if model_type in _CHATGLM_TYPES and not _chatglm2_interpolates(config):
+        theta *= _rope_ratio(config)
+    return theta
+
+
+def _rope_ratio(config: Mapping[str, Any]) -> float:
+    value = config.get("rope_ratio")
+    return 1.0 if value is None else check_real(value, "rope_ratio")
+
+
+def _chatglm2_interpolates(config: Mapping[str, Any]) -> bool:
+    """ChatGLM2-6B-32k's Hub code divides positions by ``rope_ratio``; ChatGLM3 and GLM-4 multiply the base.
+
+    The two releases share ``model_type`` "chatglm"; only ``_name_or_path`` tells them apart.
+    """
+    return "chatglm2" in str(config.get("_name_or_path", "")).lower() and _rope_ratio(config) != 1.0
+
+
+def _rotary_dim(config: Mapping[str, Any], rope: dict[str, Any], head_dim: int) -> int:
+    model_type = config.get("model_type")
+    if model_type == "gptj" or (
+        config.get("rotary_dim") is not None and "partial_rotary_factor" not in config
+    ):
+        if config.get("rotary_dim") is not None:
+            rotary_dim = check_int(config["rotary_dim"], "rotary_dim", minimum=2)
+        else:
+            rotary_dim = 64  # GPTJConfig default
+        rope.pop("partial_rotary_factor", None)
+        if rotary_dim > head_dim:
+            raise ValueError(f"rotary_dim ({rotary_dim}) exceeds the head size ({head_dim})")
+        return rotary_dim
+    if model_type in _CHATGLM_TYPES:  # RotaryEmbedding(rotary_dim // 2): the first half of each head
+        rope.pop("partial_rotary_factor", None)
+        return head_dim // 2
+    factor = rope.pop("partial_rotary_factor", None)
+    for key in ("partial_rotary_factor", "rotary_pct"):
+        if factor is None:
+            factor = config.get(key)
+    if factor is None:
+        factor = _DEFAULT_FRACTION.get(model_type, 1.0)
+    factor = check_real(factor, "partial_rotary_factor")
+    if not 0.0 < factor <= 1.0:
+        raise ValueError(f"partial_rotary_factor must be in (0, 1], got {factor}")
+    rotary_dim = int(head_dim * factor)
+    if rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(
+            f"partial_rotary_factor={factor} with head size {head_dim} gives rotary width {rotary_dim} "
+            "(int(head size * factor), as transformers), which is not a positive even integer"
+        )
+    return rotary_dim
+
+
 def rope_config_from_hf(
-    config: Mapping[str, Any], *, layout: str, layer_type: str | None = None
+    config: Mapping[str, Any], *, layout: str | None = None, layer_type: str | None = None
 ) -> RopeConfig:
     """The :class:`RopeConfig` an HF model with this ``config.json`` dict uses (see module docstring)."""
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
+    outer = config
+    config = _text_config(config)
+    _check_keys(config)
+    layout = _layout(outer, layout)
+    model_type = config.get("model_type")
+    if model_type in _GEMMA3_TYPES and layer_type is None:
+        raise ValueError(
+            "Gemma 3 has two rotary embeddings: pass layer_type='full_attention' (global, rope_theta and "
+            "rope_scaling) or 'sliding_attention' (local, rope_local_base_freq), or use rope_configs_from_hf"
+        )
+    if model_type in _GEMMA3_TYPES and layer_type not in _GEMMA3_LAYERS:
+        raise ValueError(f"layer_type must be one of {_GEMMA3_LAYERS} for Gemma 3, got {layer_type!r}")
     rope = _rope_dict(config, layer_type)
+    nested = isinstance(config.get("rope_parameters"), Mapping) and layer_type in (
+        config.get("rope_parameters") or {}
+    )
+    if model_type in _GEMMA3_TYPES and layer_type == "sliding_attention" and not nested:
+        rope = {}  # raw Gemma 3 config.json: rope_scaling is the global layers' only
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     rope["rope_type"] = rope_type
     rope.pop("type", None)
 
-    theta = rope.pop("rope_theta", None)
-    if theta is None:
-        theta = config.get("rope_theta")
-    if theta is None:
-        raise ValueError("config is missing the key 'rope_theta' (top level or inside rope_parameters)")
-    theta = check_real(theta, "rope_theta")
-
-    factor = rope.pop("partial_rotary_factor", None)
-    if config.get("partial_rotary_factor") is not None:
-        factor = config["partial_rotary_factor"]
-    factor = 1.0 if factor is None else check_real(factor, "partial_rotary_factor")
-    if not 0.0 < factor <= 1.0:
-        raise ValueError(f"partial_rotary_factor must be in (0, 1], got {factor}")
+    theta = _base(config, rope, layer_type)
     head_dim = _head_size(config)
-    rotary_dim = int(head_dim * factor)
-    if rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(
-            f"partial_rotary_factor={factor} with head size {head_dim} gives rotary width {rotary_dim}, "
-            "which is not a positive even integer"
-        )
+    rotary_dim = _rotary_dim(config, rope, head_dim)
 
     max_pos = config.get("max_position_embeddings")
+    if max_pos is None and model_type in _CHATGLM_TYPES:
+        max_pos = config.get("seq_length")
     if max_pos is not None:
         max_pos = check_int(max_pos, "max_position_embeddings", minimum=1)
     if rope_type in _NEEDS_ORIGINAL and config.get("original_max_position_embeddings") is not None:
         rope["original_max_position_embeddings"] = config["original_max_position_embeddings"]
     if rope_type == "dynamic" and max_pos is None:
         raise ValueError("config is missing the key 'max_position_embeddings' (needed by dynamic NTK)")
+    if model_type in _CHATGLM_TYPES and _chatglm2_interpolates(config):
+        if rope_type != "default":
+            raise ValueError(
+                "ChatGLM2 rope_ratio (position interpolation) together with rope_scaling is ambiguous"
+            )
+        rope = {"rope_type": "linear", "factor": _rope_ratio(config)}
     scaling = scaling_from_hf(rope, max_position_embeddings=max_pos)
     if isinstance(scaling, LongRoPE):
         for key in ("short_factor", "long_factor"):
@@ -116,3 +389,22 @@ def rope_config_from_hf(
                     f"got {len(getattr(scaling, key))}"
                 )
     return RopeConfig(head_dim, layout=layout, rotary_dim=rotary_dim, base=theta, scaling=scaling)
+
+
+def rope_configs_from_hf(config: Mapping[str, Any], *, layout: str | None = None) -> dict[str, RopeConfig]:
+    """Every rotary embedding of the model, keyed by layer type (``{"default": cfg}`` for one rope).
+
+    Gemma 3 gives ``{"full_attention": global, "sliding_attention": local}``; a ``rope_parameters``
+    dict keyed by layer type gives one entry per key.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
+    text = _text_config(config)
+    params = text.get("rope_parameters")
+    if text.get("model_type") in _GEMMA3_TYPES:
+        keys: tuple[str, ...] = _GEMMA3_LAYERS
+    elif isinstance(params, Mapping) and params and all(isinstance(v, Mapping) for v in params.values()):
+        keys = tuple(params)
+    else:
+        return {"default": rope_config_from_hf(config, layout=layout)}
+    return {key: rope_config_from_hf(config, layout=layout, layer_type=key) for key in keys}

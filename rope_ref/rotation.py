@@ -8,13 +8,17 @@ for each pair (a, b). The layout decides the pairs (see :data:`rope_ref.config.L
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from ._arrays import as_float64, as_positions, check_broadcast
+from ._exact_trig import cos_sin_of_product
+from .axes import positions_for_axes, shape_mismatch_message
 from .config import RopeConfig
-from .frequencies import _check_config, angles, attention_factor, cos_sin, resolve_seq_len
+from .frequencies import _check_config, attention_factor, cos_sin, inv_freq, resolve_seq_len
 
 __all__ = [
     "apply",
@@ -40,27 +44,98 @@ def pair_indices(cfg: RopeConfig) -> tuple[np.ndarray, np.ndarray]:
     return a, a + 1
 
 
-def _validated(x: Any, positions: Any, cfg: RopeConfig, seq_len: int | None):
-    """Checked inputs of a rotation: ``(cfg, x as float64, positions as float64, resolved seq_len)``."""
+def _validated(x: Any, positions: Any, cfg: RopeConfig, seq_len: int | None, axes: str | None = None):
+    """Checked inputs of a rotation: ``(cfg, x as float64, positions as float64, resolved seq_len)``.
+
+    With ``axes`` (e.g. ``"bhsd"``), HF-style ``(B, S)`` ids or per-token ids are placed on x's batch
+    and sequence axes (:func:`rope_ref.axes.positions_for_axes`); without it, positions must
+    broadcast against ``x.shape[:-1]`` and a mismatch names the ``axes=`` that would fit.
+    """
     cfg = _check_config(cfg)
     x = as_float64(x, "x")
     if x.ndim == 0 or x.shape[-1] != cfg.head_dim:
         raise ValueError(f"x.shape[-1] must equal head_dim={cfg.head_dim}, got x.shape={x.shape}")
-    pos = as_positions(positions)
-    check_broadcast(pos, x.shape[:-1])
+    if axes is not None:
+        pos = positions_for_axes(positions, axes, x.shape)
+    else:
+        pos = as_positions(positions)
+        try:
+            check_broadcast(pos, x.shape[:-1])
+        except ValueError:
+            raise ValueError(shape_mismatch_message(pos.shape, x.shape)) from None
     return cfg, x, pos, resolve_seq_len(pos, cfg, seq_len)
 
 
-def _prepare(x: Any, positions: Any, cfg: RopeConfig, seq_len: int | None):
-    cfg, x, pos, seq_len = _validated(x, positions, cfg, seq_len)
-    cos, sin = cos_sin(pos, cfg, seq_len=seq_len)
-    # Left-pad the table to x.ndim so it broadcasts over the leading axes of x.
-    lead = (1,) * (x.ndim - 1 - pos.ndim)
-    cos = cos.reshape(lead + cos.shape)
-    sin = sin.reshape(lead + sin.shape)
-    zero = (pos == 0).reshape(lead + pos.shape + (1,))
-    identity_at_zero = attention_factor(cfg, seq_len) == 1.0
-    return cfg, x, cos, sin, zero if identity_at_zero else None
+class _TableCache:
+    """A small thread-safe LRU of :class:`_Tables`, keyed by the exact bytes of (freqs, factor, positions).
+
+    Exact cos/sin cost several times NumPy's ``np.cos``/``np.sin`` (``docs/performance.md``); callers
+    usually rotate many tensors with the same positions (every layer and head of a forward pass), so
+    the tables are kept, up to :data:`_TABLE_CACHE_BYTES` in all. Cached arrays are read-only.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple, _Tables] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, pos: np.ndarray, freqs: np.ndarray, factor: float, layout: str) -> _Tables:
+        size = 3 * pos.size * freqs.size * 2 * 8  # two tables of 2 * n columns (complex counts double)
+        if size > self.max_bytes // 4:
+            return _Tables(pos, freqs, factor, layout)
+        key = (layout, factor, freqs.tobytes(), pos.shape, np.ascontiguousarray(pos).tobytes())
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        tables = _Tables(pos, freqs, factor, layout)
+        tables.freeze()
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = tables
+                self._bytes += tables.nbytes
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= old.nbytes
+        return tables
+
+
+class _Tables:
+    """The rotation tables of one block of positions, in the form each layout's kernel needs.
+
+    Half layout: ``([c, c], [s, -s])``; interleaved: ``([c0, c0, c1, c1, ...], 1j * s)``. Both carry the
+    attention factor. ``zero`` marks position 0 (where the rotation is the identity bit for bit) when
+    the attention factor is 1, else None.
+    """
+
+    def __init__(self, pos: np.ndarray, freqs: np.ndarray, factor: float, layout: str) -> None:
+        cos, sin = cos_sin_of_product(pos[..., None], freqs)
+        if factor != 1.0:
+            cos *= factor
+            sin *= factor
+        if layout == "half":
+            self.parts = (np.concatenate([cos, cos], axis=-1), np.concatenate([sin, -sin], axis=-1))
+        else:
+            i_sin = np.zeros(sin.shape, dtype=np.complex128)
+            i_sin.imag = sin
+            self.parts = (np.repeat(cos, 2, axis=-1), i_sin)
+        self.zero = (pos == 0)[..., None] if factor == 1.0 else None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.parts) + (0 if self.zero is None else self.zero.nbytes)
+
+    def freeze(self) -> None:
+        for a in (*self.parts, self.zero):
+            if a is not None:
+                a.flags.writeable = False
+
+
+#: Memory the table cache of :func:`apply` may keep.
+_TABLE_CACHE_BYTES = 64 * 2**20
+_TABLE_CACHE = _TableCache(_TABLE_CACHE_BYTES)
 
 
 def _rotate_half_block(out, x, cos_full, sin_signed, rd: int, scratch: np.ndarray) -> None:
@@ -106,74 +181,92 @@ def _rotate_interleaved_block(
             np.add(x2 * c, x1 * s, out=o2)
 
 
-def apply(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None) -> np.ndarray:
+def apply(
+    x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None, axes: str | None = None
+) -> np.ndarray:
     """Rotate ``x`` (shape ``(..., head_dim)``) by ``positions`` (broadcast against ``x.shape[:-1]``).
+
+    ``axes`` names x's axes (``"bshd"``, ``"bhsd"``, ``"sbhd"``, ``"thd"``, ...; see
+    :mod:`rope_ref.axes`): then ``positions`` may be HF-style ``(B, S)`` ids, per-token ids or a scalar.
 
     RoFormer eq. 34 in float64: for each pair (a, b) of the layout, ``y_a = x_a cos - x_b sin`` and
     ``y_b = x_b cos + x_a sin``, with cos and sin of m*theta_i multiplied by the attention factor (HF
     ``apply_rotary_pos_emb`` semantics). Channels ``rotary_dim:`` are copied unchanged. Positions may
     be negative or fractional. Returns a new float64 array with ``x.shape``.
     """
-    cfg, x, cos, sin, zero = _prepare(x, positions, cfg, seq_len)
+    cfg, x, pos, seq_len = _validated(x, positions, cfg, seq_len, axes)
+    freqs = inv_freq(cfg, seq_len)
+    factor = attention_factor(cfg, seq_len)
     out = np.empty(x.shape, dtype=np.float64)
     rd = cfg.rotary_dim
     out[..., rd:] = x[..., rd:]
     if x.size == 0:
         return out
-    if cfg.layout == "half":
-        tables = (np.concatenate([cos, cos], axis=-1), np.concatenate([sin, -sin], axis=-1))
-    else:
-        if x.strides[-1] != x.itemsize:
-            x = np.ascontiguousarray(x)
-        i_sin = np.zeros(sin.shape, dtype=np.complex128)
-        i_sin.imag = sin
-        tables = (np.repeat(cos, 2, axis=-1), i_sin)
+    if cfg.layout == "interleaved" and x.strides[-1] != x.itemsize:
+        x = np.ascontiguousarray(x)
+    # Positions left-padded to x.ndim - 1 axes, so they broadcast over the leading axes of x.
+    pos = pos.reshape((1,) * (x.ndim - 1 - pos.ndim) + pos.shape)
     if x.ndim == 1:  # give a single vector a leading axis to block over
-        x, out_view, tables = x[None], out[None], tuple(t[None] for t in tables)
-        zero = None if zero is None else zero[None]
+        x, out_view, pos = x[None], out[None], pos[None]
     else:
         out_view = out
-    # Block over the longest leading axis so temporaries stay cache-sized.
+    # Block over the longest leading axis so temporaries stay cache-sized. Tables are built once (and
+    # cached) when they are small next to x, and per block when the positions are nearly x's full
+    # shape, so that peak memory stays a few blocks whatever the positions' shape.
     axis = int(np.argmax(x.shape[:-1]))
     row_elements = x.size // x.shape[axis]
     step = max(1, _BLOCK_ELEMENTS // max(row_elements, 1))
+    small = pos.shape[axis] == 1 or pos.size * rd <= x.size // 4
+    shared = _TABLE_CACHE.get(pos, freqs, factor, cfg.layout) if small else None
     first = x[(slice(None),) * axis + (slice(0, step),)]
     scratch_full = np.empty(first.shape[:-1] + (rd,), dtype=np.float64)
     caller_err = np.geterr()
     for start in range(0, x.shape[axis], step):
         sl = (slice(None),) * axis + (slice(start, start + step),)
-        parts = [t if t.shape[axis] == 1 else t[sl] for t in tables]
+        if shared is None:
+            tables = _Tables(pos[sl], freqs, factor, cfg.layout)
+            parts, zero = tables.parts, tables.zero
+        else:  # slice the shared tables along the block axis unless they broadcast along it
+            parts = tuple(t if t.shape[axis] == 1 else t[sl] for t in shared.parts)
+            zero = shared.zero
+            if zero is not None and zero.shape[axis] != 1:
+                zero = zero[sl]
         xb = x[sl]
         scratch = scratch_full[(slice(None),) * axis + (slice(0, xb.shape[axis]),)]
         if cfg.layout == "half":
-            _rotate_half_block(out_view[sl], xb, parts[0], parts[1], rd, scratch)
+            _rotate_half_block(out_view[sl], xb, *parts, rd, scratch)
         else:
             with np.errstate(invalid="raise"):
-                _rotate_interleaved_block(out_view[sl], xb, parts[0], parts[1], rd, scratch, caller_err)
-        if zero is not None:
-            z = zero if zero.shape[axis] == 1 else zero[sl]
-            if z.any():
-                # Position 0 is the identity bit for bit, signed zeros included (x - 0*y can flip -0.0).
-                np.copyto(out_view[sl][..., :rd], x[sl][..., :rd], where=z)
+                _rotate_interleaved_block(out_view[sl], xb, *parts, rd, scratch, caller_err)
+        if zero is not None and zero.any():
+            # Position 0 is the identity bit for bit, signed zeros included (x - 0*y can flip -0.0).
+            np.copyto(out_view[sl][..., :rd], xb[..., :rd], where=zero)
     return out
 
 
-def apply_complex(x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None) -> np.ndarray:
+def apply_complex(
+    x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None, axes: str | None = None
+) -> np.ndarray:
     """The same rotation as :func:`apply`, computed as complex multiplication.
 
     Each pair (a, b) is the complex number x_a + i x_b, multiplied by A e^{i m theta}, A the attention
     factor; this is Meta LLaMA's ``precompute_freqs_cis`` / ``apply_rotary_emb`` view
     (meta-llama/llama ``llama/model.py``) generalised to both layouts. RoFormer eq. 12.
+
+    The complex product ``(x_a + i x_b)(c + i s)`` is spelled out in real arithmetic,
+    ``(x_a c - x_b s) + i (x_a s + x_b c)``: NumPy's complex multiply may use fused multiply-adds on
+    some CPUs, and the oracle's bits must not depend on the CPU. Position 0 is not special-cased here,
+    unlike :func:`apply`. ``axes`` as in :func:`apply`.
     """
-    cfg, x, pos, seq_len = _validated(x, positions, cfg, seq_len)
-    theta = angles(pos, cfg, seq_len=seq_len)
-    theta = theta.reshape((1,) * (x.ndim - 1 - pos.ndim) + theta.shape)
-    rot = attention_factor(cfg, seq_len) * np.exp(1j * theta)
+    cfg, x, pos, seq_len = _validated(x, positions, cfg, seq_len, axes)
+    cos, sin = cos_sin(pos, cfg, seq_len=seq_len)
+    lead = (1,) * (x.ndim - 1 - pos.ndim)
+    cos, sin = cos.reshape(lead + cos.shape), sin.reshape(lead + sin.shape)
     a, b = pair_indices(cfg)
-    z = (x[..., a] + 1j * x[..., b]) * rot
+    xa, xb = x[..., a], x[..., b]
     out = x.copy()
-    out[..., a] = z.real
-    out[..., b] = z.imag
+    out[..., a] = xa * cos - xb * sin
+    out[..., b] = xa * sin + xb * cos
     return out
 
 

@@ -9,19 +9,27 @@ disagree and which side rope-ref takes.
 
 Notation: ``d`` = rotary width, ``i = 0 .. d/2 - 1``, ``theta_i = base^(-2i/d)`` (RoFormer eq. 15),
 ``L0`` = original (pre-training) context, ``L`` = current sequence length.
+
+Exactness: every table entry and attention factor is the float64 nearest the *exact* value of its
+formula on the float64 inputs (the base, the factors, the contexts), with no intermediate rounding:
+the formulas are evaluated in :mod:`rope_ref._mp` (mpmath at 256 bits) and rounded once. Comparisons
+and ``floor``/``ceil`` (YaRN's correction range, Llama 3's band edges, LongRoPE's switch) act on the
+exact real values. HF evaluates the same formulas in float32/float64 with intermediate roundings; the
+two agree to a few ulp of float64 (``docs/spec.md``, "Exact tables").
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
+from . import _mp
 from ._arrays import check_int, check_real
-from .frequencies import default_inv_freq
+from .frequencies import exact_default_theta
 from .scaling_base import Scaling
 
 __all__ = [
@@ -59,6 +67,13 @@ def _context(value: Any, name: str = "original_max_position") -> int:
     return check_int(value, name, minimum=1)
 
 
+def _scaled_base_float(value: Any, what: str) -> float:
+    try:
+        return _mp.to_float(value)
+    except OverflowError:
+        raise ValueError(f"{what}: the scaled base overflows float64") from None
+
+
 def _ntk_exponent(rotary_dim: int, kind: str) -> float:
     """d / (d - 2), the exponent of the NTK-aware base change; undefined for d = 2."""
     if rotary_dim < 4:
@@ -69,6 +84,50 @@ def _ntk_exponent(rotary_dim: int, kind: str) -> float:
 def _set(obj: Any, **values: Any) -> None:
     for key, value in values.items():
         object.__setattr__(obj, key, value)
+
+
+def _rounded(values: Sequence[Any]) -> np.ndarray:
+    """Exact (mpmath) values rounded once to float64; an overflow is a ``ValueError``."""
+    try:
+        return np.array([_mp.to_float(v) for v in values], dtype=np.float64)
+    except OverflowError as exc:
+        raise ValueError(f"the scaled frequency table overflows float64: {exc}") from None
+
+
+def _cached_table(compute: Callable[..., list]) -> Callable[..., np.ndarray]:
+    """Memoise an exact table builder (arguments are hashable), returning a fresh float64 array each call."""
+    cached = functools.lru_cache(maxsize=256)(lambda *args: tuple(_rounded(compute(*args)).tolist()))
+
+    @functools.wraps(compute)
+    def table(*args: Any) -> np.ndarray:
+        return np.array(cached(*args), dtype=np.float64)
+
+    table.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    return table
+
+
+def _ln(value: float) -> Any:
+    return _mp.ctx().log(_mp.exact(value))
+
+
+@_cached_table
+def _theta_over(base: float, rotary_dim: int, divisors: tuple[float, ...]) -> list:
+    """Exact ``theta_i / divisors[i]`` (one divisor broadcast to all pairs when the tuple has one entry)."""
+    theta = exact_default_theta(_ln(base), rotary_dim)
+    if len(divisors) == 1:
+        divisors = divisors * len(theta)
+    return [t / _mp.exact(q) for t, q in zip(theta, divisors, strict=True)]
+
+
+@_cached_table
+def _theta_of_ln_base(
+    ln_base_terms: tuple[tuple[int, int, float], ...], base: float, rotary_dim: int
+) -> list:
+    """Exact theta_i for ``ln base' = ln base + sum((p / q) ln v for (p, q, v) in ln_base_terms)``."""
+    ln_base = _ln(base)
+    for numerator, denominator, value in ln_base_terms:
+        ln_base = ln_base + numerator * _ln(value) / denominator
+    return exact_default_theta(ln_base, rotary_dim)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -91,7 +150,8 @@ class Linear(Scaling):
         _set(self, factor=_factor(self.factor))
 
     def inv_freq(self, base: float, rotary_dim: int, seq_len: int | None) -> np.ndarray:
-        return default_inv_freq(base, rotary_dim) / self.factor
+        """theta_i / factor, the exact quotient rounded once."""
+        return _theta_over(float(base), rotary_dim, (self.factor,))
 
     def to_hf(self) -> dict:
         return {"rope_type": "linear", "factor": self.factor}
@@ -112,12 +172,20 @@ class NTKAware(Scaling):
     def __post_init__(self) -> None:
         _set(self, alpha=_factor(self.alpha, "alpha"))
 
+    def _exponent(self, rotary_dim: int) -> Any:
+        _ntk_exponent(rotary_dim, "NTKAware")
+        return _mp.ctx().mpf(rotary_dim) / (rotary_dim - 2)
+
     def scaled_base(self, base: float, rotary_dim: int) -> float:
-        """``base * alpha^(d/(d-2))``."""
-        return float(base) * self.alpha ** _ntk_exponent(rotary_dim, "NTKAware")
+        """``base * alpha^(d/(d-2))``, rounded to float64 (for display; tables use the exact value)."""
+        mp = _mp.ctx()
+        value = mp.exp(_ln(base) + self._exponent(rotary_dim) * _ln(self.alpha))
+        return _scaled_base_float(value, f"NTKAware(alpha={self.alpha!r})")
 
     def inv_freq(self, base: float, rotary_dim: int, seq_len: int | None) -> np.ndarray:
-        return default_inv_freq(self.scaled_base(base, rotary_dim), rotary_dim)
+        """The default table of the exact ``base' = base * alpha^(d/(d-2))`` (no rounding of base')."""
+        _ntk_exponent(rotary_dim, "NTKAware")
+        return _theta_of_ln_base(((rotary_dim, rotary_dim - 2, self.alpha),), float(base), rotary_dim)
 
     def to_hf(self) -> dict:
         return {"rope_type": "ntk", "factor": self.alpha}
@@ -143,16 +211,27 @@ class DynamicNTK(Scaling):
     def __post_init__(self) -> None:
         _set(self, factor=_factor(self.factor), original_max_position=_context(self.original_max_position))
 
-    def scaled_base(self, base: float, rotary_dim: int, seq_len: int | None) -> float:
-        """The base used at ``seq_len``; exactly ``base`` when ``seq_len`` is None or <= L0."""
-        exponent = _ntk_exponent(rotary_dim, "DynamicNTK")
+    def _growth(self, seq_len: int) -> Any:
+        """The exact ``1 + factor * (L - L0) / L0``."""
         l0 = self.original_max_position
-        if seq_len is None or seq_len <= l0:
+        return 1 + _mp.exact(self.factor) * (seq_len - l0) / l0
+
+    def scaled_base(self, base: float, rotary_dim: int, seq_len: int | None) -> float:
+        """The base used at ``seq_len``, rounded to float64 (display only); ``base`` when L <= L0."""
+        _ntk_exponent(rotary_dim, "DynamicNTK")
+        if seq_len is None or seq_len <= self.original_max_position:
             return float(base)
-        return float(base) * (1.0 + self.factor * (seq_len - l0) / l0) ** exponent
+        mp = _mp.ctx()
+        exponent = mp.mpf(rotary_dim) / (rotary_dim - 2)
+        value = mp.exp(_ln(base) + exponent * mp.log(self._growth(seq_len)))
+        return _scaled_base_float(value, repr(self))
 
     def inv_freq(self, base: float, rotary_dim: int, seq_len: int | None) -> np.ndarray:
-        return default_inv_freq(self.scaled_base(base, rotary_dim, seq_len), rotary_dim)
+        """The default table of the exact scaled base (``base`` itself when L <= L0)."""
+        _ntk_exponent(rotary_dim, "DynamicNTK")
+        if seq_len is None or seq_len <= self.original_max_position:
+            return _theta_of_ln_base((), float(base), rotary_dim)
+        return _dynamic_table(self, float(base), rotary_dim, int(seq_len))
 
     def to_hf(self) -> dict:
         return {
@@ -162,15 +241,28 @@ class DynamicNTK(Scaling):
         }
 
 
+@_cached_table
+def _dynamic_table(scaling: DynamicNTK, base: float, rotary_dim: int, seq_len: int) -> list:
+    mp = _mp.ctx()
+    exponent = mp.mpf(rotary_dim) / (rotary_dim - 2)
+    return exact_default_theta(_ln(base) + exponent * mp.log(scaling._growth(seq_len)), rotary_dim)
+
+
+def _mscale_exact(scale: float, mscale: float) -> Any:
+    """The exact ``0.1 * mscale * ln(scale) + 1`` (0.1 the float64 constant), or 1 when ``scale <= 1``."""
+    if scale <= 1.0:
+        return _mp.ctx().mpf(1)
+    return _mp.exact(0.1) * _mp.exact(mscale) * _ln(scale) + 1
+
+
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     """``0.1 * mscale * ln(scale) + 1`` for ``scale > 1``, else 1 (YaRN arXiv 2309.00071 eq. 22).
 
     HF ``modeling_rope_utils.py`` ``get_mscale`` inside ``_compute_yarn_parameters``; DeepSeek-V2's
     ``yarn_get_mscale``. With ``mscale = 1`` this is the paper's ``sqrt(1/t) = 0.1 ln s + 1``.
+    Correctly rounded from the exact value.
     """
-    if scale <= 1.0:
-        return 1.0
-    return 0.1 * mscale * math.log(scale) + 1.0
+    return _mp.to_float(_mscale_exact(float(scale), float(mscale)))
 
 
 def _optional_real(value: Any, name: str, *, positive: bool) -> float | None:
@@ -230,9 +322,9 @@ class YaRN(Scaling):
     ) -> None:
         beta_fast = _positive(beta_fast, "beta_fast")
         beta_slow = _positive(beta_slow, "beta_slow")
-        if not beta_fast > beta_slow:
+        if not beta_fast >= beta_slow:  # equal is shipped (Kimi-K2: 1.0 and 1.0); HF's guard handles it
             raise ValueError(
-                f"beta_fast must be > beta_slow, got beta_fast={beta_fast}, beta_slow={beta_slow}"
+                f"beta_fast must be >= beta_slow, got beta_fast={beta_fast}, beta_slow={beta_slow}"
             )
         if not isinstance(truncate, (bool, np.bool_)):
             raise TypeError(f"truncate must be a bool, got {type(truncate).__name__} {truncate!r:.60}")
@@ -263,37 +355,60 @@ class YaRN(Scaling):
             parts.append("truncate=False")
         return f"YaRN({', '.join(parts)})"
 
-    def correction_range(self, base: float, rotary_dim: int) -> tuple[float, float]:
-        """``(low, high)``: the ramp's pair-index bounds after truncation and clamping, in HF's order."""
+    def _exact_range(self, base: float, rotary_dim: int) -> tuple[Any, Any]:
+        """The exact ``(low, high)`` after truncation, clamping and the zero-width guard, in HF's order."""
+        mp = _mp.ctx()
+        l0 = self.original_max_position
 
-        def corr(rotations: float) -> float:
-            ratio = self.original_max_position / (rotations * 2.0 * math.pi)
-            return rotary_dim * math.log(ratio) / (2.0 * math.log(base))
+        def corr(rotations: float) -> Any:
+            return rotary_dim * mp.log(l0 / (_mp.exact(rotations) * 2 * mp.pi)) / (2 * _ln(base))
 
         low, high = corr(self.beta_fast), corr(self.beta_slow)
         if self.truncate:
-            low, high = float(math.floor(low)), float(math.ceil(high))
-        return max(low, 0.0), min(high, float(rotary_dim - 1))
+            low, high = mp.floor(low), mp.ceil(high)
+        low, high = max(low, mp.mpf(0)), min(high, mp.mpf(rotary_dim - 1))
+        if low == high:
+            high = high + _mp.exact(0.001)  # HF's guard against a zero-width ramp (the float64 0.001)
+        return low, high
+
+    def correction_range(self, base: float, rotary_dim: int) -> tuple[float, float]:
+        """``(low, high)``: the ramp's pair-index bounds after truncation and clamping, in HF's order.
+
+        Rounded to float64 for display; the table uses the exact values. floor/ceil act on the exact
+        ``corr(beta)``. The zero-width guard (``high += 0.001`` when ``low == high``) is not included.
+        """
+        mp = _mp.ctx()
+        l0 = self.original_max_position
+
+        def corr(rotations: float) -> Any:
+            return rotary_dim * mp.log(l0 / (_mp.exact(rotations) * 2 * mp.pi)) / (2 * _ln(base))
+
+        low, high = corr(self.beta_fast), corr(self.beta_slow)
+        if self.truncate:
+            low, high = mp.floor(low), mp.ceil(high)
+        low, high = max(low, mp.mpf(0)), min(high, mp.mpf(rotary_dim - 1))
+        return _mp.to_float(low), _mp.to_float(high)
 
     def ramp(self, base: float, rotary_dim: int) -> np.ndarray:
-        """Interpolation weight per pair: 0 keeps ``theta_i``, 1 divides it by ``factor``."""
-        low, high = self.correction_range(base, rotary_dim)
-        if low == high:
-            high += 0.001  # HF's guard against a zero-width ramp
-        index = np.arange(rotary_dim // 2, dtype=np.float64)
-        return np.clip((index - low) / (high - low), 0.0, 1.0)
+        """Interpolation weight per pair (0 keeps ``theta_i``, 1 divides it by ``factor``), rounded."""
+        return _rounded(self._exact_ramp(float(base), rotary_dim))
+
+    def _exact_ramp(self, base: float, rotary_dim: int) -> list:
+        low, high = self._exact_range(base, rotary_dim)
+        one, zero = _mp.ctx().mpf(1), _mp.ctx().mpf(0)
+        return [min(max((i - low) / (high - low), zero), one) for i in range(rotary_dim // 2)]
 
     def inv_freq(self, base: float, rotary_dim: int, seq_len: int | None) -> np.ndarray:
-        theta = default_inv_freq(base, rotary_dim)
-        weight = self.ramp(base, rotary_dim)
-        return (theta / self.factor) * weight + theta * (1.0 - weight)
+        """``(theta_i / factor) * ramp_i + theta_i * (1 - ramp_i)``, exact, rounded once."""
+        return _yarn_table(self, float(base), rotary_dim)
 
     def attention_factor(self, rotary_dim: int = 0, seq_len: int | None = None) -> float:
+        """Explicit factor, else the exact mscale ratio (DeepSeek) or ``get_mscale(factor)``, rounded once."""
         if self.explicit_attention_factor is not None:
             return self.explicit_attention_factor
         if self.mscale and self.mscale_all_dim:
-            numerator = yarn_get_mscale(self.factor, self.mscale)
-            return numerator / yarn_get_mscale(self.factor, self.mscale_all_dim)
+            ratio = _mscale_exact(self.factor, self.mscale) / _mscale_exact(self.factor, self.mscale_all_dim)
+            return _mp.to_float(ratio)
         return yarn_get_mscale(self.factor)
 
     def to_hf(self) -> dict:
@@ -313,6 +428,16 @@ class YaRN(Scaling):
             if value is not None:
                 out[key] = value
         return out
+
+
+@_cached_table
+def _yarn_table(scaling: YaRN, base: float, rotary_dim: int) -> list:
+    theta = exact_default_theta(_ln(base), rotary_dim)
+    factor = _mp.exact(scaling.factor)
+    return [
+        (t / factor) * w + t * (1 - w)
+        for t, w in zip(theta, scaling._exact_ramp(base, rotary_dim), strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -348,13 +473,8 @@ class Llama3(Scaling):
         )
 
     def inv_freq(self, base: float, rotary_dim: int, seq_len: int | None) -> np.ndarray:
-        theta = default_inv_freq(base, rotary_dim)
-        l0 = float(self.original_max_position)
-        wavelen = 2.0 * math.pi / theta
-        smooth = (l0 / wavelen - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)
-        blended = (1.0 - smooth) * theta / self.factor + smooth * theta
-        out = np.where(wavelen > l0 / self.low_freq_factor, theta / self.factor, blended)
-        return np.where(wavelen < l0 / self.high_freq_factor, theta, out)
+        """The banded table; band membership is decided on the exact wavelengths ``2 pi / theta_i``."""
+        return _llama3_table(self, float(base), rotary_dim)
 
     def to_hf(self) -> dict:
         return {
@@ -364,6 +484,25 @@ class Llama3(Scaling):
             "high_freq_factor": self.high_freq_factor,
             "original_max_position_embeddings": self.original_max_position,
         }
+
+
+@_cached_table
+def _llama3_table(scaling: Llama3, base: float, rotary_dim: int) -> list:
+    mp = _mp.ctx()
+    l0 = mp.mpf(scaling.original_max_position)
+    low, high = _mp.exact(scaling.low_freq_factor), _mp.exact(scaling.high_freq_factor)
+    factor = _mp.exact(scaling.factor)
+    out = []
+    for theta in exact_default_theta(_ln(base), rotary_dim):
+        wavelen = 2 * mp.pi / theta
+        if wavelen < l0 / high:
+            out.append(theta)
+        elif wavelen > l0 / low:
+            out.append(theta / factor)
+        else:
+            smooth = (l0 / wavelen - low) / (high - low)
+            out.append((1 - smooth) * theta / factor + smooth * theta)
+    return out
 
 
 def _factor_list(values: Any, name: str) -> tuple[float, ...]:
@@ -444,14 +583,15 @@ class LongRoPE(Scaling):
             raise ValueError(
                 f"{name} must have rotary_dim // 2 = {rotary_dim // 2} entries, got {ext.shape[0]}"
             )
-        return default_inv_freq(base, rotary_dim) / ext
+        return _theta_over(float(base), rotary_dim, tuple(ext.tolist()))
 
     def attention_factor(self, rotary_dim: int = 0, seq_len: int | None = None) -> float:
         if self.explicit_attention_factor is not None:
             return self.explicit_attention_factor
         if self.factor is None or self.factor <= 1.0:
             return 1.0
-        return math.sqrt(1.0 + math.log(self.factor) / math.log(self.original_max_position))
+        mp = _mp.ctx()
+        return _mp.to_float(mp.sqrt(1 + _ln(self.factor) / mp.log(self.original_max_position)))
 
     def to_hf(self) -> dict:
         out: dict[str, Any] = {

@@ -3,7 +3,7 @@
 :class:`Float32Backend` is what a careful port looks like: float32 positions times float32 inverse
 frequencies (HF ``_compute_default_rope_parameters`` style), float32 cos/sin and rotation, output
 rounded to the declared I/O dtype. Each broken subclass makes one deviation, reproducing a real bug from
-``known-bugs.md``: usually a single changed line in one hook; :class:`ScalingDropped` (three hooks) and
+``docs/known-bugs.md``: usually a single changed line in one hook; :class:`ScalingDropped` (three hooks) and
 :class:`LongRoPEWrongSide` (two hooks) make their one deviation in each hook that sees the scaling.
 ``targets`` names the bug classes each one is built to trip. The conformance suite must fail every one of
 them, at every I/O dtype, in a case of its target class (``test_broken_backends.py``).

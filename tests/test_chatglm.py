@@ -302,16 +302,34 @@ def _released_table_torch(torch, n_positions, dim=64, base=10000):
     return emb.cos(), emb.sin()
 
 
+def _released_inv16(torch, dim=64, base=10000):
+    return (1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))).half()
+
+
+def _float32_ulps_from_fp16_midpoint(v: np.ndarray) -> np.ndarray:
+    """Distance of each float64 value from the nearest float16 rounding midpoint, in float32 ulps."""
+    h = v.astype(np.float16)
+    lo = np.where(h.astype(np.float64) <= v, h, np.nextafter(h, np.float16(-np.inf)))
+    mid = (lo.astype(np.float64) + np.nextafter(lo, np.float16(np.inf)).astype(np.float64)) / 2
+    return np.abs(v - mid) / np.spacing(np.abs(v).astype(np.float32)).astype(np.float64)
+
+
 def test_fp16_matches_a_torch_rewrite_of_the_released_arithmetic():
     torch = pytest.importorskip("torch")
     cos_t, sin_t = _released_table_torch(torch, 2048)
     cos16, sin16 = chatglm.fp16_cos_sin(np.arange(2048), 64)
-    for ours, theirs in ((cos16, cos_t.numpy()), (sin16, sin_t.numpy())):
-        differ = ours != theirs
-        # Only float32 libm rounding near fp16 midpoints may differ, and by one fp16 ulp at most.
-        assert differ.sum() <= 20
-        ulp = np.spacing(np.abs(theirs[differ]).astype(np.float16)).astype(np.float64)
-        assert np.all(np.abs(ours[differ].astype(np.float64) - theirs[differ]) <= ulp)
+    emb = torch.cat([torch.outer(torch.arange(2048, dtype=torch.float16), _released_inv16(torch))] * 2, -1)
+    emb = emb.double().numpy()
+    for ours, theirs, exact in ((cos16, cos_t.numpy(), np.cos(emb)), (sin16, sin_t.numpy(), np.sin(emb))):
+        # Why entries may differ: ours rounds the correctly rounded float32 value to fp16; PyTorch's half
+        # kernel rounds its own float32 result, which can be off by a fraction of a float32 ulp. That can
+        # change the fp16 rounding only where the exact value lies within one float32 ulp of an fp16
+        # rounding midpoint. Everywhere else the two must agree bit for bit; there, by one fp16 ulp.
+        near = _float32_ulps_from_fp16_midpoint(exact) < 1.0
+        assert np.array_equal(ours[~near], theirs[~near])
+        ulp = np.spacing(np.abs(theirs[near]).astype(np.float16)).astype(np.float64)
+        assert np.all(np.abs(ours[near].astype(np.float64) - theirs[near]) <= ulp)
+        assert near.sum() < 0.001 * near.size  # the exemption stays tiny (measured: 26 cos, 74 sin)
     # With the same table, the rotation arithmetic is bit for bit the released one.
     rng = np.random.default_rng(4)
     x16 = rng.standard_normal((256, 2, 128)).astype(np.float16)
@@ -368,3 +386,20 @@ def test_fp16_results_are_float16_values_in_float64():
 
 def test_module_is_an_attribute_of_the_package():
     assert rope_ref.chatglm is chatglm
+
+
+@pytest.mark.parametrize("precision", chatglm.PRECISIONS)
+@pytest.mark.parametrize("base", [1.0, 0.5, -3.0])
+def test_base_must_exceed_one_on_both_paths(precision, base):
+    """The ChatGLM entry points check the base themselves (the fp16 path builds no RopeConfig)."""
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
+        chatglm.apply_2d(np.ones((2, 8)), 0, 0, base=base, precision=precision)
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
+        chatglm.fp16_cos_sin(np.arange(3), 8, base)
+
+
+@pytest.mark.parametrize("precision", chatglm.PRECISIONS)
+@pytest.mark.parametrize("head_dim", [2, 6, 10])
+def test_head_dim_must_be_a_multiple_of_four_on_both_paths(precision, head_dim):
+    with pytest.raises(ValueError, match="positive multiple of 4"):
+        chatglm.apply_2d(np.ones((2, head_dim)), 0, 0, precision=precision)

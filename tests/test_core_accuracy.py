@@ -82,7 +82,7 @@ def test_published_cos_sin_head_dim_8():
 
 
 def test_inv_freq_uses_rotary_dim_not_head_dim():
-    # The exponent is over the rotated width (known-bugs §3, pie-project PR #603).
+    # The exponent is over the rotated width (docs/known-bugs.md §3, pie-project PR #603).
     got = rope_ref.inv_freq(RopeConfig(256, layout="half", rotary_dim=64))
     want = [10000.0 ** (-2 * i / 64) for i in range(32)]
     np.testing.assert_allclose(got, want, rtol=1e-15)

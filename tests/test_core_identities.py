@@ -6,6 +6,7 @@ relative-position property) rather than against values produced by the function 
 
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 import pytest
 from hypothesis import given
@@ -40,21 +41,88 @@ def test_elementwise_matrix_complex_and_explicit_forms_agree(cfg, data):
     np.testing.assert_allclose(y, explicit_rotation(x, m, cfg), rtol=0, atol=1e-12 * scale)
 
 
+def mp_scaled_table(cfg: RopeConfig, seq_len: int) -> tuple[list, mpmath.mpf]:
+    """``(inv_freq, attention factor)`` of ``cfg`` at ``seq_len``, from the published formulas in mpmath.
+
+    Written from the papers and HF ``modeling_rope_utils.py`` (``shared/notes/peers.md`` §1.1), reading
+    only the scaling's parameters: PI divides theta by the factor; NTK-aware and dynamic NTK change the
+    base; YaRN ramps linearly in the pair index between floor/ceil correction indices; Llama 3 blends by
+    wavelength; LongRoPE divides by the short or long factors around the original context.
+    """
+    s, d, base = cfg.scaling, cfg.rotary_dim, mpmath.mpf(cfg.base)
+    with mpmath.workdps(40):
+
+        def theta(b) -> list:
+            return [mpmath.power(b, -mpmath.mpf(2 * i) / d) for i in range(d // 2)]
+
+        def mscale(scale, m=1):
+            return 1 if scale <= 1 else mpmath.mpf("0.1") * m * mpmath.log(scale) + 1
+
+        one = mpmath.mpf(1)
+        if isinstance(s, rope_ref.Linear):
+            return [t / s.factor for t in theta(base)], one
+        if isinstance(s, rope_ref.NTKAware):
+            return theta(base * mpmath.mpf(s.alpha) ** (mpmath.mpf(d) / (d - 2))), one
+        if isinstance(s, rope_ref.DynamicNTK):
+            length, l0 = max(seq_len, s.original_max_position), s.original_max_position
+            scaled = base * (mpmath.mpf(s.factor) * length / l0 - (s.factor - 1)) ** (mpmath.mpf(d) / (d - 2))
+            return theta(scaled), one
+        if isinstance(s, rope_ref.YaRN):
+
+            def corr(r):
+                return d * mpmath.log(s.original_max_position / (r * 2 * mpmath.pi)) / (2 * mpmath.log(base))
+
+            low = max(mpmath.floor(corr(s.beta_fast)), 0)
+            high = min(mpmath.ceil(corr(s.beta_slow)), d - 1)
+            if low == high:
+                high += mpmath.mpf(0.001)
+            ramp = [min(max((i - low) / (high - low), 0), 1) for i in range(d // 2)]
+            freqs = [t / s.factor * w + t * (1 - w) for t, w in zip(theta(base), ramp, strict=True)]
+            if s.mscale and s.mscale_all_dim:
+                return freqs, mscale(s.factor, s.mscale) / mscale(s.factor, s.mscale_all_dim)
+            return freqs, mscale(s.factor)
+        if isinstance(s, rope_ref.Llama3):
+            l0, lo, hi = s.original_max_position, s.low_freq_factor, s.high_freq_factor
+            out = []
+            for t in theta(base):
+                wavelen = 2 * mpmath.pi / t
+                if wavelen < l0 / mpmath.mpf(hi):
+                    out.append(t)
+                elif wavelen > l0 / mpmath.mpf(lo):
+                    out.append(t / s.factor)
+                else:
+                    smooth = (l0 / wavelen - lo) / (hi - lo)
+                    out.append((1 - smooth) * t / s.factor + smooth * t)
+            return out, one
+        if isinstance(s, rope_ref.LongRoPE):
+            ext = s.long_factor if seq_len > s.original_max_position else s.short_factor
+            assert s.factor is None and s.explicit_attention_factor is None  # strategies use neither
+            return [t / e for t, e in zip(theta(base), ext, strict=True)], one
+    raise AssertionError(f"no independent formula for {s!r}")
+
+
+def explicit_pairs(cfg: RopeConfig) -> list[tuple[int, int]]:
+    """The rotated channel pairs, from the layout's definition (``rope_ref.config.LAYOUTS``)."""
+    half = cfg.rotary_dim // 2
+    if cfg.layout == "half":
+        return [(i, i + half) for i in range(half)]
+    return [(2 * i, 2 * i + 1) for i in range(half)]
+
+
 @given(cfg=scaled_configs(), data=st.data())
 def test_forms_agree_under_every_scaling_type(cfg, data):
-    # R is built pair by pair from the table functions, independently of the rotation code.
+    # Expected: the scaled table from the published formulas (mpmath), rotated pair by pair.
     x = data.draw(vectors(cfg.head_dim, (2,)))
     m = data.draw(st.floats(-300, 300, allow_nan=False))
     seq_len = data.draw(st.sampled_from([None, 1, 64, 65, 500]))
     resolved = seq_len if seq_len is not None else max(int(np.floor(m)) + 1, 1)
-    freqs = rope_ref.inv_freq(cfg, resolved)
-    factor = rope_ref.attention_factor(cfg, resolved)
+    freqs, factor = mp_scaled_table(cfg, resolved)
     expected = np.array(x)
-    a_idx, b_idx = rope_ref.pair_indices(cfg)
-    for i, (a, b) in enumerate(zip(a_idx, b_idx, strict=True)):
-        c, s = factor * np.cos(m * freqs[i]), factor * np.sin(m * freqs[i])
-        expected[..., a] = x[..., a] * c - x[..., b] * s
-        expected[..., b] = x[..., b] * c + x[..., a] * s
+    with mpmath.workdps(40):
+        for w, (a, b) in zip(freqs, explicit_pairs(cfg), strict=True):
+            c, s = float(factor * mpmath.cos(m * w)), float(factor * mpmath.sin(m * w))
+            expected[..., a] = x[..., a] * c - x[..., b] * s
+            expected[..., b] = x[..., b] * c + x[..., a] * s
     tol = 1e-12 * (1 + np.abs(x).max() * (1 + abs(m)))
     np.testing.assert_allclose(rope_ref.apply(x, m, cfg, seq_len=seq_len), expected, rtol=0, atol=tol)
     np.testing.assert_allclose(rope_ref.apply_complex(x, m, cfg, seq_len=seq_len), expected, rtol=0, atol=tol)
@@ -67,7 +135,7 @@ def test_each_pair_norm_is_preserved(cfg, data):
     x = data.draw(vectors(cfg.head_dim, (2,)))
     m = data.draw(positions_st)
     y = rope_ref.apply(x, m, cfg)
-    a, b = rope_ref.pair_indices(cfg)
+    a, b = (np.array(v) for v in zip(*explicit_pairs(cfg), strict=True))
     before = np.hypot(x[..., a], x[..., b])
     after = np.hypot(y[..., a], y[..., b])
     np.testing.assert_allclose(after, before, rtol=1e-14, atol=1e-300)
@@ -189,11 +257,9 @@ def test_large_blocked_and_non_contiguous_inputs_match_the_explicit_form(layout)
     np.testing.assert_allclose(rope_ref.apply(x, pos, cfg), expected, rtol=0, atol=1e-11)
     xt = np.ascontiguousarray(np.swapaxes(x, 1, 2)).swapaxes(1, 2)  # same values, other strides
     np.testing.assert_allclose(rope_ref.apply(xt, pos, cfg), expected, rtol=0, atol=1e-11)
-    xs = np.concatenate([x, x], axis=-1)[..., ::2]  # last-axis stride 2
-    cfg2 = RopeConfig(16, layout=layout, rotary_dim=12)
-    np.testing.assert_allclose(
-        rope_ref.apply(xs, pos, cfg2), rope_ref.apply(np.ascontiguousarray(xs), pos, cfg2)
-    )
+    xs = np.stack([x, -x], axis=-1).reshape(x.shape[:-1] + (32,))[..., ::2]  # last-axis stride 2, same values
+    assert xs.strides[-1] == 2 * x.itemsize and np.array_equal(xs, x)
+    np.testing.assert_allclose(rope_ref.apply(xs, pos, cfg), expected, rtol=0, atol=1e-11)
 
 
 def test_positions_broadcast_per_row_and_per_head():
@@ -258,8 +324,10 @@ def test_attention_rotates_q_and_k_with_one_table_under_length_dependent_scaling
     q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((32, 8)), rng.standard_normal((32, 8))
     qp, kp = np.arange(4), np.arange(32)
     _, probs = rope_ref.attention(q, k, v, qp, kp, cfg)
-    qr = rope_ref.apply(q, qp, cfg, seq_len=32)
-    kr = rope_ref.apply(k, kp, cfg, seq_len=32)
+    # Dynamic NTK at L = 32, L0 = 16, factor 4: base' = base * (4 * 32 / 16 - 3)^(8/6), written out.
+    scaled = RopeConfig(8, layout="half", base=10000.0 * 5.0 ** (8 / 6))
+    qr = np.array([explicit_rotation(q[i], qp[i], scaled) for i in range(4)])
+    kr = np.array([explicit_rotation(k[j], kp[j], scaled) for j in range(32)])
     scores = qr @ kr.T / np.sqrt(8)
     w = np.exp(scores - scores.max(axis=-1, keepdims=True))
     np.testing.assert_allclose(probs, w / w.sum(axis=-1, keepdims=True), atol=1e-12)

@@ -170,7 +170,8 @@ def _mutations():
     return [
         ("schema_version", lambda m: m.__setitem__("schema_version", 2)),
         ("format", lambda m: m.__setitem__("format", "pickle")),
-        ("provenance", lambda m: m["provenance"].pop("numpy_version")),
+        ("provenance", lambda m: m["provenance"].pop("generator")),
+        ("provenance", lambda m: m["provenance"].__setitem__("license", 2)),
         ("extra key", lambda m: m.__setitem__("surprise", 1)),
         ("op", lambda m: case0(m).__setitem__("op", "rotate")),
         ("tolerance", lambda m: case0(m).__setitem__("tolerance", "loose")),

@@ -19,6 +19,7 @@ import pytest
 
 import rope_ref
 from rope_ref import Llama3, LongRoPE, RopeConfig, YaRN
+from rope_ref.hf_config import rope_configs_from_hf
 
 LLAMA_31_8B = {
     "architectures": ["LlamaForCausalLM"],
@@ -130,11 +131,23 @@ def _theta(base: float, d: int) -> np.ndarray:
     return np.array([float(mpmath.power(mpmath.mpf(base), -mpmath.mpf(2 * i) / d)) for i in range(d // 2)])
 
 
-def test_layout_is_required():
-    with pytest.raises(TypeError):
-        RopeConfig.from_hf(LLAMA_31_8B)  # type: ignore[call-arg]
+def test_layout_inferred_required_or_contradicted():
+    assert RopeConfig.from_hf(LLAMA_31_8B).layout == "half"  # model_type 'llama': rotate_half
+    assert RopeConfig.from_hf(DEEPSEEK_V2_LITE).layout == "interleaved"  # complex freqs_cis
+    anonymous = {k: v for k, v in LLAMA_31_8B.items() if k != "model_type"}
+    with pytest.raises(ValueError, match="layout is required"):
+        RopeConfig.from_hf(anonymous)
+    assert RopeConfig.from_hf(anonymous, layout="interleaved").layout == "interleaved"
     with pytest.raises(ValueError, match="layout"):
         RopeConfig.from_hf(LLAMA_31_8B, layout="neox")
+    with pytest.raises(ValueError, match="model_type='deepseek_v2'"):
+        RopeConfig.from_hf(DEEPSEEK_V2_LITE, layout="half")
+    v3 = dict(DEEPSEEK_V2_LITE, model_type="deepseek_v3")
+    with pytest.raises(ValueError, match=r"rope_interleave=True \(its default\)"):
+        RopeConfig.from_hf(v3, layout="half")
+    assert RopeConfig.from_hf(dict(v3, rope_interleave=False)).layout == "half"
+    with pytest.raises(ValueError, match="rope_interleave=False"):
+        RopeConfig.from_hf(dict(v3, rope_interleave=False), layout="interleaved")
 
 
 def test_llama_31_8b():
@@ -214,11 +227,14 @@ def test_rope_parameters_v5_format_and_partial_rotary():
     cfg = RopeConfig.from_hf(config, layout="half")
     assert (cfg.head_dim, cfg.rotary_dim, cfg.base) == (80, 32, 10000.0)
     assert cfg.scaling == rope_ref.Linear(2.0)
-    # Top-level partial_rotary_factor wins over the dict's (HF standardize_rope_params overwrites it).
+    # The dict's partial_rotary_factor wins over the top-level one (transformers 5.23
+    # convert_rope_params_to_dict: rope_parameters.setdefault("partial_rotary_factor", top_level)).
     config["rope_parameters"]["partial_rotary_factor"] = 0.5
-    assert RopeConfig.from_hf(config, layout="half").rotary_dim == 32
+    assert RopeConfig.from_hf(config, layout="half").rotary_dim == 40
     del config["partial_rotary_factor"]
     assert RopeConfig.from_hf(config, layout="half").rotary_dim == 40
+    del config["rope_parameters"]["partial_rotary_factor"]
+    assert RopeConfig.from_hf(config, layout="half").rotary_dim == 80
 
 
 def test_default_and_head_dim_key():
@@ -285,7 +301,7 @@ def _with(config: dict, value, *path: str) -> dict:
 @pytest.mark.parametrize(
     "config,key",
     [
-        (_without(LLAMA_31_8B, "rope_theta"), "rope_theta"),
+        (_without(_without(LLAMA_31_8B, "model_type"), "rope_theta"), "rope_theta"),
         (_without(LLAMA_31_8B, "rope_scaling", "low_freq_factor"), "low_freq_factor"),
         (_without(LLAMA_31_8B, "rope_scaling", "rope_type"), "rope_type"),
         (_with(LLAMA_31_8B, "llama4", "rope_scaling", "rope_type"), "rope_type"),
@@ -295,7 +311,7 @@ def _with(config: dict, value, *path: str) -> dict:
         (_with(PHI35_MINI, [1.0] * 64, "rope_scaling", "long_factor"), "long_factor"),
         (_without(PHI35_MINI, "rope_scaling", "long_factor"), "long_factor"),
         (_with(DEEPSEEK_V2_LITE, 0.5, "rope_scaling", "factor"), "factor"),
-        (_with(DEEPSEEK_V2_LITE, 1, "rope_scaling", "beta_fast"), "beta_fast"),
+        (_with(DEEPSEEK_V2_LITE, 0.5, "rope_scaling", "beta_fast"), "beta_fast"),  # below beta_slow = 1
         (
             _with(LLAMA_31_8B, 0, "rope_scaling", "original_max_position_embeddings"),
             "original_max_position",
@@ -309,16 +325,185 @@ def _with(config: dict, value, *path: str) -> dict:
                 "rope_theta": 1e4,
                 "rope_scaling": {"type": "dynamic", "factor": 2},
             },
-            "max_position_embeddings",
+            # Quoted: a bare max_position_embeddings would also match 'original_max_position_embeddings'.
+            "'max_position_embeddings'",
         ),
     ],
 )
 def test_bad_configs_raise_naming_the_key(config, key):
     with pytest.raises(ValueError, match=key):
-        RopeConfig.from_hf(config, layout="half")
+        RopeConfig.from_hf(config, layout=None if "model_type" in config else "half")
 
 
 def test_inputs_not_mutated():
     before = copy.deepcopy(PHI35_MINI)
     RopeConfig.from_hf(PHI35_MINI, layout="half")
     assert PHI35_MINI == before
+
+
+# -- issue 21: holes a mutant of hf_config.py could slip through -----------------------------------------
+
+
+def test_qk_rope_head_dim_wins_over_head_dim():
+    # DeepSeek MLA: the rotary part is qk_rope_head_dim wide whatever head_dim (here nope + rope) says.
+    config = dict(DEEPSEEK_V2_LITE, head_dim=192)
+    cfg = RopeConfig.from_hf(config)
+    assert (cfg.head_dim, cfg.rotary_dim) == (64, 64)
+
+
+def test_rope_type_wins_over_legacy_type():
+    config = dict(LLAMA_31_8B, rope_scaling={"rope_type": "linear", "type": "dynamic", "factor": 2.0})
+    assert RopeConfig.from_hf(config).scaling == rope_ref.Linear(2.0)
+    config["rope_scaling"] = {"type": "dynamic", "factor": 2.0}
+    assert RopeConfig.from_hf(config).scaling == rope_ref.DynamicNTK(2.0, 131072)
+
+
+def test_rope_scaling_wins_over_rope_parameters():
+    # transformers 5.23 convert_rope_params_to_dict: rope_parameters = rope_scaling or rope_parameters.
+    config = dict(
+        LLAMA_31_8B,
+        rope_scaling={"rope_type": "linear", "factor": 2.0},
+        rope_parameters={"rope_type": "linear", "factor": 3.0, "rope_theta": 1e4},
+    )
+    cfg = RopeConfig.from_hf(config)
+    assert (cfg.scaling, cfg.base) == (rope_ref.Linear(2.0), 500000.0)
+    config["rope_scaling"] = {}
+    cfg = RopeConfig.from_hf(config)
+    assert (cfg.scaling, cfg.base) == (rope_ref.Linear(3.0), 1e4)  # the dict's rope_theta wins
+
+
+def test_rotary_width_truncates_like_transformers():
+    # int(80 * 0.335) = int(26.8) = 26; round() would give 27 (odd, refused).
+    config = {"model_type": "phi", "hidden_size": 2560, "num_attention_heads": 32, "rope_theta": 1e4}
+    assert RopeConfig.from_hf(dict(config, partial_rotary_factor=0.335)).rotary_dim == 26
+    assert RopeConfig.from_hf(dict(config, partial_rotary_factor=0.4)).rotary_dim == 32
+
+
+def test_stray_layer_type_is_refused():
+    with pytest.raises(ValueError, match="layer_type='full_attention' given"):
+        RopeConfig.from_hf(LLAMA_31_8B, layer_type="full_attention")
+
+
+def test_dynamic_needs_max_position_embeddings_even_with_original():
+    config = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "rope_theta": 1e4,
+        "rope_scaling": {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 2048},
+    }
+    with pytest.raises(ValueError, match="'max_position_embeddings'"):
+        RopeConfig.from_hf(config)
+
+
+# -- real families from raw config.json (values from the Hub files) --------------------------------------
+
+
+def test_gpt_neox_20b_raw_config():
+    config = {
+        "model_type": "gpt_neox",
+        "hidden_size": 6144,
+        "num_attention_heads": 64,
+        "rotary_pct": 0.25,
+        "rotary_emb_base": 10000,
+        "max_position_embeddings": 2048,
+        "use_parallel_residual": True,
+    }
+    cfg = RopeConfig.from_hf(config)
+    assert (cfg.head_dim, cfg.rotary_dim, cfg.base, cfg.layout) == (96, 24, 1e4, "half")
+    with pytest.raises(ValueError, match="model_type='gpt_neox'"):
+        RopeConfig.from_hf(config, layout="interleaved")
+    # rotary_pct is read, not just matched by the model type's default of 0.25.
+    assert RopeConfig.from_hf(dict(config, rotary_pct=0.5)).rotary_dim == 48
+    assert RopeConfig.from_hf(dict(config, rotary_pct=1.0)).rotary_dim == 96
+
+
+def test_gptj_raw_config():
+    config = {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64}
+    cfg = RopeConfig.from_hf(config)
+    assert (cfg.head_dim, cfg.rotary_dim, cfg.base, cfg.layout) == (256, 64, 1e4, "interleaved")
+
+
+def test_chatglm3_raw_config():
+    config = {
+        "model_type": "chatglm",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "kv_channels": 128,
+        "rope_ratio": 50,
+        "original_rope": True,
+        "seq_length": 32768,
+    }
+    cfg = RopeConfig.from_hf(config)
+    assert (cfg.head_dim, cfg.rotary_dim, cfg.base, cfg.layout) == (128, 64, 500000.0, "interleaved")
+    with pytest.raises(ValueError, match="position_encoding_2d"):
+        RopeConfig.from_hf(dict(config, position_encoding_2d=True))
+
+
+def test_gemma3_raw_config_has_two_ropes():
+    config = {
+        "model_type": "gemma3_text",
+        "head_dim": 256,
+        "hidden_size": 2560,
+        "num_attention_heads": 8,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "max_position_embeddings": 131072,
+    }
+    both = rope_configs_from_hf(config)
+    assert both["full_attention"] == RopeConfig(256, layout="half", base=1e6, scaling=rope_ref.Linear(8.0))
+    assert both["sliding_attention"] == RopeConfig(256, layout="half", base=1e4)
+    with pytest.raises(ValueError, match="layer_type"):
+        RopeConfig.from_hf(config)
+
+
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        ({"rope_mystery": 2}, "rope_mystery"),
+        ({"rotary_base_scale": 2}, "rotary_base_scale"),
+        ({"alibi": True}, "ALiBi"),
+        ({"rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24]}}, "mrope_section"),
+    ],
+)
+def test_unknown_rotation_keys_are_refused(extra, match):
+    with pytest.raises(ValueError, match=match):
+        RopeConfig.from_hf(dict(LLAMA_31_8B, **extra))
+
+
+def test_internlm2_and_kimi_k2_raw_configs():
+    # Hub-code families transformers does not ship as such: InternLM2 (rotate_half) and Kimi-K2
+    # (DeepSeek-V3 architecture, model_type kimi_k2, interleaved like DeepSeek's MLA rope).
+    internlm2 = {
+        "model_type": "internlm2",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "rope_theta": 1000000,
+        "max_position_embeddings": 32768,
+        "rope_scaling": {"type": "dynamic", "factor": 2.0},
+    }
+    cfg = RopeConfig.from_hf(internlm2)
+    assert (cfg.layout, cfg.head_dim, cfg.base) == ("half", 128, 1e6)
+    assert cfg.scaling == rope_ref.DynamicNTK(2.0, 32768)
+    kimi = {
+        "model_type": "kimi_k2",
+        "hidden_size": 7168,
+        "num_attention_heads": 64,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "rope_theta": 50000.0,
+        "max_position_embeddings": 131072,
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 32.0,
+            "beta_fast": 1.0,
+            "beta_slow": 1.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+        },
+    }
+    cfg = RopeConfig.from_hf(kimi)  # Kimi-K2 ships beta_fast == beta_slow == 1
+    assert (cfg.layout, cfg.head_dim, cfg.rotary_dim, cfg.base) == ("interleaved", 64, 64, 50000.0)
+    assert rope_ref.attention_factor(cfg) == 1.0  # equal mscales cancel

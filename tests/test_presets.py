@@ -207,3 +207,34 @@ def test_import_is_light_and_exposes_the_new_names():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# Raw config.json dicts, transcribed from the sources each preset's docstring cites (RoPE keys only).
+_RAW_CONFIGS = {
+    "gpt-neox-20b": {"model_type": "gpt_neox", "hidden_size": 6144, "num_attention_heads": 64,
+                     "rotary_pct": 0.25, "rotary_emb_base": 10000, "max_position_embeddings": 2048},
+    "gpt-j-6b": {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64, "n_positions": 2048},
+    "chatglm2-6b": {"_name_or_path": "THUDM/chatglm2-6b", "model_type": "chatglm", "hidden_size": 4096,
+                    "num_attention_heads": 32, "kv_channels": 128, "seq_length": 32768},
+    "chatglm2-6b-32k": {"_name_or_path": "THUDM/chatglm2-6b-32k", "model_type": "chatglm",
+                        "hidden_size": 4096, "num_attention_heads": 32, "kv_channels": 128,
+                        "rope_ratio": 16, "seq_length": 32768},
+    "chatglm3-6b-32k": {"_name_or_path": "THUDM/chatglm3-6b-32k", "model_type": "chatglm",
+                        "hidden_size": 4096, "num_attention_heads": 32, "kv_channels": 128,
+                        "rope_ratio": 50, "seq_length": 32768},
+    "glm-4-9b": {"_name_or_path": "THUDM/glm-4-9b-chat", "model_type": "chatglm", "hidden_size": 4096,
+                 "num_attention_heads": 32, "kv_channels": 128, "rope_ratio": 500, "original_rope": True,
+                 "seq_length": 131072},
+    "deepseek-v2-lite": {"model_type": "deepseek_v2", "hidden_size": 2048, "num_attention_heads": 16,
+                         "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rope_theta": 10000,
+                         "max_position_embeddings": 163840,
+                         "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
+                                          "mscale": 0.707, "mscale_all_dim": 0.707,
+                                          "original_max_position_embeddings": 4096}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(_RAW_CONFIGS))
+def test_from_hf_of_the_raw_config_is_the_preset(name):
+    # No layout given: each of these configs fixes it (model_type / original_rope).
+    assert rope_ref.RopeConfig.from_hf(_RAW_CONFIGS[name]) == preset(name)

@@ -457,7 +457,6 @@ def test_longrope_wrong_length_names_the_list():
         (lambda: DynamicNTK(2.0, 0), "original_max_position"),
         (lambda: YaRN(0.99, 4096), "factor"),
         (lambda: YaRN(4.0, -1), "original_max_position"),
-        (lambda: YaRN(4.0, 4096, beta_fast=1, beta_slow=1), "beta_fast"),
         (lambda: YaRN(4.0, 4096, beta_fast=1, beta_slow=32), "beta_fast"),
         (lambda: YaRN(4.0, 4096, attention_factor=0.0), "attention_factor"),
         (lambda: YaRN(4.0, 4096, mscale=-1.0), "mscale"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -22,6 +23,13 @@ torch = pytest.importorskip("torch")
 import rope_ref.backends.torch as rt  # noqa: E402  (after the torch availability check)
 
 NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
+
+
+@pytest.fixture(autouse=True)
+def _seed_torch(request):
+    """Seed torch's global RNG per test from its node id (zlib.crc32: stable under any PYTHONHASHSEED),
+    so every ``torch.randn`` here is reproducible and independent of which tests ran before."""
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 # Output tolerance per I/O dtype: one output rounding plus input rounding is excluded (inputs are

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
+import os
 import sys
 
 from .. import __version__
@@ -18,8 +20,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr (exit status 2), like every
+    other error of ``rope-ref``; ``--help`` still shows the full usage."""
+
+    def error(self, message: str):  # type: ignore[override]
+        text = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {text} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rope-ref",
         description="rope-ref: the float64 RoPE oracle, golden vectors and conformance suite.",
     )
@@ -33,16 +44,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status after a broken pipe (128 + SIGPIPE, what a tool killed by SIGPIPE reports).
+EXIT_BROKEN_PIPE = 141
+#: Exit status after Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 130
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 2000 else text[:1997] + "..."
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run ``rope-ref``; errors in the arguments or inputs give one line on stderr and exit status 2.
+
+    A broken pipe (``rope-ref table ... | head``) exits quietly with status 141; Ctrl-C prints one line and
+    exits with status 130.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
     try:
-        return int(args._run(args) or 0)
-    except (ValueError, TypeError, OSError) as exc:
-        print(f"rope-ref {args.command}: error: {exc}", file=sys.stderr)
+        status = int(args._run(args) or 0)
+        sys.stdout.flush()  # a broken pipe shows here, not in the interpreter's final flush
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print(f"rope-ref {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (ValueError, TypeError, OSError, OverflowError) as exc:
+        print(f"rope-ref {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
 
 

@@ -1,0 +1,66 @@
+"""Sums, dot products and exp whose bits do not depend on the CPU, the BLAS or the thread count.
+
+``np.sum``, ``@``/``np.dot``/``einsum`` and ``np.exp`` may reassociate or vectorize differently on
+different machines (BLAS kernels and thread splits, NumPy's SIMD dispatch). The oracle's reductions
+therefore use an explicit pairwise tree of elementwise additions (the order depends only on the
+length of the summed axis) and an exp built from basic operations. Higham, *Accuracy and Stability
+of Numerical Algorithms*, 2nd ed., §4.2 (pairwise summation: error bound ``ceil(log2 n) u sum|x_i|``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["fixed_sum", "fixed_dot", "exp_basic"]
+
+
+def fixed_sum(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Sum over ``axis`` by a pairwise tree: element ``i`` is added to element ``i + h`` (``h = ceil(n/2)``).
+
+    Only elementwise ``np.add`` is used, whose roundings are the same everywhere. An empty axis sums
+    to 0.0.
+    """
+    a = np.moveaxis(np.asarray(a, dtype=np.float64), axis, -1)
+    n = a.shape[-1]
+    if n == 0:
+        return np.zeros(a.shape[:-1])
+    while n > 1:
+        half = (n + 1) // 2
+        head = a[..., :half].copy()
+        head[..., : n - half] += a[..., half:n]
+        a, n = head, half
+    return a[..., 0]
+
+
+def fixed_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``sum_k a[..., k] * b[..., k]`` with broadcasting: products, then :func:`fixed_sum`."""
+    return fixed_sum(np.multiply(a, b), axis=-1)
+
+
+# exp: x = k ln2 + r with ln2 split in two parts (the first with 32 significant bits, so k * part1 is
+# exact for |k| < 2**21), |r| <= ln2/2, then a Taylor polynomial of degree 17 (truncation < 2**-60).
+_LN2_HI = 0.6931471806019545  # round(2**31 ln 2) / 2**31: 32 significant bits
+_LN2_LO = -4.2009150726810846e-11  # ln 2 - _LN2_HI, rounded
+_INV_LN2 = 1.4426950408889634
+_EXP_COEFFS = tuple(1.0 / float(np.prod(np.arange(1, n + 1, dtype=np.float64))) for n in range(17, -1, -1))
+
+
+def exp_basic(x: np.ndarray) -> np.ndarray:
+    """``exp(x)`` for float64 ``x`` with basic operations only (within a few ulp; -inf gives 0).
+
+    Cody-Waite reduction and a Horner polynomial, then ``ldexp`` (exact scaling by a power of two).
+    NaN propagates; ``x > 709.78`` overflows to inf.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    safe = np.clip(np.where(np.isnan(x), 0.0, x), -746.0, 710.0)
+    k = np.rint(safe * _INV_LN2)
+    r = (safe - k * _LN2_HI) - k * _LN2_LO
+    p = np.full_like(r, _EXP_COEFFS[0])
+    for c in _EXP_COEFFS[1:]:
+        p = p * r + c
+    with np.errstate(over="ignore", under="ignore"):
+        # Two ldexp steps keep the intermediate normal when k is near the ends of the range.
+        half = np.floor(k * 0.5)
+        out = np.ldexp(np.ldexp(p, half.astype(np.int64)), (k - half).astype(np.int64))
+    out = np.where(x < -746.0, 0.0, out)
+    return np.where(np.isnan(x), x, out)

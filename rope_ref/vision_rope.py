@@ -1,0 +1,140 @@
+"""2D RoPE of vision transformers: Qwen2-VL's ViT and Pixtral, as two-stream multi-axis presets.
+
+Stream 0 is the patch row (height) and stream 1 the patch column (width). Both conventions rotate
+``head_dim / 2`` pairs, half of them by the row and half by the column; they differ in which
+frequencies go with which axis:
+
+* **Qwen2-VL** (``models/qwen2_vl/modeling_qwen2_vl.py``: ``VisionRotaryEmbedding(head_dim // 2)``,
+  ``Qwen2VisionTransformerPretrainedModel.rot_pos_emb``, ``apply_rotary_pos_emb_vision``; the same in
+  Qwen2.5-VL and Qwen3-VL): one table ``theta_j = base^(-2j/(head_dim/2))``, ``j < head_dim/4``, used
+  twice: pairs ``j < head_dim/4`` take the row, pairs ``head_dim/4 + j`` the column, half layout over the
+  whole head. Patches are listed in merge-window order (:func:`qwen2_vl_ids`).
+* **Pixtral** (``models/pixtral/modeling_pixtral.py``: ``PixtralRotaryEmbedding``,
+  ``position_ids_in_meshgrid``): one table ``f_k = base^(-2k/head_dim)``, ``k < head_dim/2``; the row
+  takes the even entries ``f_0, f_2, ...`` (pairs ``j < head_dim/4``) and the column the odd ones
+  ``f_1, f_3, ...`` (pairs ``head_dim/4 + j``). HF applies it in the half layout; Mistral's original
+  (complex, interleaved) form gives pair ``j`` the same angle (HF's comment: "a different permutation in
+  order to obtain the same calculation"), so both layouts are offered. Patches in row-major order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._arrays import check_int, to_numpy
+from .config import RopeConfig
+from .multiaxis import MultiAxisRope
+
+__all__ = ["qwen2_vl", "pixtral", "qwen2_vl_ids", "pixtral_ids", "preset", "preset_names"]
+
+
+def _quarter(head_dim: Any) -> int:
+    head_dim = check_int(head_dim, "head_dim")
+    if head_dim <= 0 or head_dim % 4:
+        raise ValueError(f"head_dim must be a positive multiple of 4 (two axes, pairs), got {head_dim}")
+    return head_dim // 4
+
+
+def qwen2_vl(head_dim: int = 80, base: float = 10000.0) -> MultiAxisRope:
+    """Qwen2-VL vision RoPE: row on pairs ``j``, column on pairs ``head_dim/4 + j``, both ``theta_j``."""
+    q = _quarter(head_dim)
+    table = RopeConfig(head_dim // 2, layout="half", base=base)
+    return MultiAxisRope(
+        head_dim,
+        layout="half",
+        streams=(0,) * q + (1,) * q,
+        tables=(table, table),
+        freq_index=tuple(range(q)) * 2,
+    )
+
+
+def pixtral(head_dim: int = 64, base: float = 10000.0, *, layout: str = "half") -> MultiAxisRope:
+    """Pixtral vision RoPE: row on pair ``j`` with ``f_{2j}``, column on ``head_dim/4 + j`` with ``f_{2j+1}``.
+
+    ``layout="half"`` is HF's ``PixtralRotaryEmbedding`` + ``rotate_half``; ``"interleaved"`` is the
+    complex form of Mistral's original ``precompute_freqs_cis_2d`` (same angle per pair).
+    """
+    q = _quarter(head_dim)
+    table = RopeConfig(head_dim, layout=layout, base=base)
+    return MultiAxisRope(
+        head_dim,
+        layout=layout,
+        streams=(0,) * q + (1,) * q,
+        tables=(table, table),
+        freq_index=tuple(range(0, 2 * q, 2)) + tuple(range(1, 2 * q, 2)),
+    )
+
+
+def _grid_rows(grid: Any, name: str, width: int) -> list[list[int]]:
+    g = to_numpy(grid, name)
+    if g.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {g.dtype}")
+    if g.ndim != 2 or g.shape[1] != width:
+        raise ValueError(f"{name} must have shape (n, {width}), got shape {g.shape}")
+    rows = g.astype(np.int64).tolist()
+    for k, row in enumerate(rows):
+        if min(row) < 1:
+            raise ValueError(f"{name}[{k}] = {tuple(row)} must be positive")
+    return rows
+
+
+def qwen2_vl_ids(grid_thw: Any, spatial_merge_size: int = 2) -> np.ndarray:
+    """``(2, n_patches)`` int64 (row, column) ids of every patch, in the ViT's merge-window order.
+
+    ``rot_pos_emb``: per grid ``(t, h, w)``, patches are listed window by window (``m x m`` windows in
+    row-major order, ``m = spatial_merge_size``), row-major inside a window, and the frame repeated ``t``
+    times; grids follow each other. ``h`` and ``w`` must be divisible by ``m`` (``ValueError``).
+    """
+    m = check_int(spatial_merge_size, "spatial_merge_size", minimum=1)
+    rows, cols = [], []
+    for k, (t, h, w) in enumerate(_grid_rows(grid_thw, "grid_thw", 3)):
+        if h % m or w % m:
+            raise ValueError(
+                f"grid_thw[{k}] = {(t, h, w)}: h and w must be divisible by spatial_merge_size={m}"
+            )
+        r = np.arange(h).reshape(h // m, m, 1, 1) + np.zeros((1, 1, w // m, m), dtype=np.int64)
+        c = np.arange(w).reshape(1, 1, w // m, m) + np.zeros((h // m, m, 1, 1), dtype=np.int64)
+        # (block row, in-block row, block col, in-block col) -> (block row, block col, in-row, in-col)
+        rows.append(np.tile(r.transpose(0, 2, 1, 3).reshape(-1), t))
+        cols.append(np.tile(c.transpose(0, 2, 1, 3).reshape(-1), t))
+    return np.stack([np.concatenate(rows), np.concatenate(cols)]).astype(np.int64)
+
+
+def pixtral_ids(patch_grids: Sequence[Sequence[int]] | Any) -> np.ndarray:
+    """``(2, n_patches)`` int64 (row, column) ids of the patches of images of ``(h, w)`` patches each.
+
+    ``position_ids_in_meshgrid``: row-major (``meshgrid(..., indexing="ij")``) per image, images
+    concatenated. HF stores them flattened as ``row * max_width + column`` to index a precomputed
+    table; the angles are the same.
+    """
+    rows, cols = [], []
+    for h, w in _grid_rows(patch_grids, "patch_grids", 2):
+        rows.append(np.repeat(np.arange(h), w))
+        cols.append(np.tile(np.arange(w), h))
+    return np.stack([np.concatenate(rows), np.concatenate(cols)]).astype(np.int64)
+
+
+_PRESETS = {
+    # Qwen/Qwen2-VL-7B-Instruct and Qwen2.5-VL-7B vision_config: embed/hidden 1280, 16 heads -> 80.
+    "qwen2-vl-vision": lambda: qwen2_vl(80),
+    "qwen2.5-vl-vision": lambda: qwen2_vl(80),
+    # Qwen/Qwen3-VL-8B-Instruct vision_config: hidden 1152, 16 heads -> 72.
+    "qwen3-vl-vision": lambda: qwen2_vl(72),
+    # mistral-community/pixtral-12b vision_config: hidden 1024, 16 heads -> 64, rope_theta 10000.
+    "pixtral-12b-vision": lambda: pixtral(64),
+}
+
+
+def preset_names() -> list[str]:
+    """Names accepted by :func:`preset`."""
+    return sorted(_PRESETS)
+
+
+def preset(name: str) -> MultiAxisRope:
+    """A released vision tower's 2D RoPE by name (see :func:`preset_names`)."""
+    if name not in _PRESETS:
+        raise ValueError(f"unknown vision RoPE preset {name!r}; known: {preset_names()}")
+    return _PRESETS[name]()

@@ -1,0 +1,98 @@
+"""Per-layer RoPE (rope_ref.layers): Gemma 3 local/global layers, Llama 4 NoPE layers.
+
+Expected layer kinds restate the released configs: Gemma 3 ``layer_types`` ("sliding_attention" unless
+``(i + 1) % 6 == 0``), Llama 4 ``no_rope_layers`` (1 = RoPE, 0 = NoPE, default every 4th layer NoPE).
+Rotations are checked against an explicit loop of the half-layout formula.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import rope_ref
+from rope_ref import layers
+
+
+def half_loop(v, m, base):
+    n = len(v)
+    out = list(v)
+    for j in range(n // 2):
+        theta = m * base ** (-2.0 * j / n)
+        c, s = math.cos(theta), math.sin(theta)
+        out[j] = v[j] * c - v[j + n // 2] * s
+        out[j + n // 2] = v[j + n // 2] * c + v[j] * s
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "n_layers", "head_dim", "factor"),
+    [
+        ("gemma-3-1b", 26, 256, None),
+        ("gemma-3-4b", 34, 256, 8.0),
+        ("gemma-3-12b", 48, 256, 8.0),
+        ("gemma-3-27b", 62, 128, 8.0),
+    ],
+)
+def test_gemma3_local_and_global_layers(name, n_layers, head_dim, factor):
+    model = layers.preset(name)
+    assert model.num_layers == n_layers
+    globals_ = [i for i in range(n_layers) if model.rope(i).base == 1e6]
+    assert globals_ == list(range(5, n_layers, 6))  # layers 6, 12, 18, ... counting from 1
+    rng = np.random.default_rng(n_layers)
+    x = rng.standard_normal(head_dim)
+    m = 20000
+    for i in (0, 4, 5, 11):
+        cfg = model.rope(i)
+        assert cfg.layout == "half" and cfg.head_dim == head_dim
+        got = model.apply(x, m, i)
+        if (i + 1) % 6:
+            assert cfg.base == 10000.0 and cfg.scaling is None
+            want = half_loop(list(x), m, 10000.0)
+        else:
+            # linear scaling = positions divided by the factor
+            want = half_loop(list(x), m / (factor or 1.0), 1e6)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_gemma3_scaling_is_only_on_global_layers():
+    model = layers.preset("gemma-3-27b")
+    assert model.rope(5).scaling == rope_ref.Linear(8.0)
+    assert model.rope(4).scaling is None
+    assert layers.preset("gemma-3-1b").rope(5).scaling is None
+
+
+def test_llama4_nope_layers_are_identity():
+    model = layers.preset("llama-4-scout")
+    nope = [i for i in range(48) if model.rope(i) is None]
+    assert nope == [3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47]
+    x = np.random.default_rng(0).standard_normal((4, 128))
+    pos = np.array([0, 5, 9000, 100000])
+    assert np.array_equal(model.apply(x, pos, 3), x)
+    cfg = model.rope(0)
+    assert cfg.layout == "interleaved" and cfg.base == 500000.0
+    assert np.array_equal(model.apply(x, pos, 0), rope_ref.apply(x, pos, cfg))
+    assert not np.allclose(model.apply(x, pos, 0)[1:], x[1:])
+
+
+def test_llama4_default_pattern_and_explicit_flags():
+    rope = rope_ref.RopeConfig(8, layout="interleaved")
+    for flags in (None, []):
+        model = layers.llama4(8, rope, no_rope_layers=flags)
+        assert [model.rope(i) is None for i in range(8)] == [False, False, False, True] * 2
+    model = layers.llama4(3, rope, no_rope_layers=[0, 1, 0])
+    assert [model.rope(i) is None for i in range(3)] == [True, False, True]
+
+
+def test_bad_inputs():
+    model = layers.preset("gemma-3-1b")
+    with pytest.raises(ValueError, match="layer_idx must be < num_layers=26"):
+        model.rope(26)
+    with pytest.raises(ValueError, match="layer_idx"):
+        model.rope(-1)
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        layers.llama4(3, rope_ref.RopeConfig(8, layout="half"), no_rope_layers=[1, 0])
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        layers.llama4(2, rope_ref.RopeConfig(8, layout="half"), no_rope_layers=[1, 2])
+    with pytest.raises(ValueError, match="unknown per-layer preset"):
+        layers.preset("gemma-2")
