@@ -201,7 +201,7 @@ class RotaryEmbedding(torch.nn.Module):
         self._cache_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
+        state = dict(super().__getstate__())
         state.pop("_cache_lock", None)  # a lock cannot be pickled or deep-copied
         state["_cache"] = OrderedDict()
         return state

@@ -23,6 +23,7 @@ OPS = (
     "chatglm_position_ids",
     "chatglm_apply_2d",
     "decay_upper_bound",
+    "chatglm_next_position_ids",
 )
 
 

@@ -21,8 +21,14 @@ MAX_TIMEOUT = 86400.0
 
 # Every spelling of a precision -> the short name backends take.
 _SHORT = {
-    "fp64": "fp64", "fp32": "fp32", "fp16": "fp16", "bf16": "bf16",
-    "float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+    "fp64": "fp64",
+    "fp32": "fp32",
+    "fp16": "fp16",
+    "bf16": "bf16",
+    "float64": "fp64",
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
 }
 
 
@@ -92,6 +98,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.add_argument("--list", action="store_true", help="list the selected case ids and exit")
+    p.add_argument(
+        "--require-all",
+        action="store_true",
+        help="fail the run (exit 1) when any applicable case is unsupported by the backend",
+    )
     p.set_defaults(_conformance=_run)
 
 
@@ -194,7 +205,20 @@ def _run(args: argparse.Namespace) -> int:
     for line in _reason_lines(report.results):
         print(line, file=out)
     c = report.counts()
-    verdict = "FAILED" if not report.ok else "PASSED"
-    note = f" ({c['unsupported']} unsupported, not counted as passed)" if c["unsupported"] else ""
+    require_all = bool(getattr(args, "require_all", False))
+    ok = report.ok and (report.complete or not require_all)
+    verdict = "FAILED" if not ok else "PASSED"
+    applicable = len(report.applicable)
+    ran = applicable - c["unsupported"]
+    borrowed = sum(r.borrowed for r in report.results)
+    note = f"; {ran} of {applicable} applicable cases ran"
+    if c["unsupported"]:
+        note += f", {c['unsupported']} unsupported (not counted as passed"
+        note += ", --require-all: this fails the run)" if require_all else ")"
+    if borrowed:
+        note += f"; {borrowed} passed on tables taken from the oracle (not counted as the backend's own)"
     print(f"{verdict}: {report.headline()}{note}", file=out)
-    return 0 if report.ok else 1
+    coverage = report.coverage_table()
+    if coverage:
+        print("\n" + coverage, file=out)
+    return 0 if ok else 1

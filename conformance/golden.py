@@ -8,6 +8,10 @@ A golden directory holds ``manifest.json`` and one tensor file per case (safeten
 :func:`load_golden` checks everything *before* returning any case: the manifest's structure, that every
 file name stays inside the directory, every file's sha256, and that each file holds exactly the
 tensors the manifest lists. Any violation raises :class:`GoldenError` naming the offending file.
+
+:func:`write_golden` never loses data: it stages and verifies the whole set before swapping it in under
+an exclusive lock, never follows a symlink, and replaces or removes only files that are verifiably its
+own (see its docstring and ``docs/golden-format.md``).
 """
 
 from __future__ import annotations

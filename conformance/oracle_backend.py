@@ -56,6 +56,17 @@ class OracleBackend(Backend):
             position_encoding_2d=position_encoding_2d,
         )
 
+    def chatglm_next_position_ids(
+        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
+    ):
+        return rope_ref.chatglm.next_position_ids(
+            input_ids,
+            bos_token_id=bos_token_id,
+            mask_token_id=mask_token_id,
+            gmask_token_id=gmask_token_id,
+            position_encoding_2d=position_encoding_2d,
+        )
+
     def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
         return rope_ref.chatglm.apply_2d(x, position_ids, block_position_ids, base=base, precision=precision)
 

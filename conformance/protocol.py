@@ -7,6 +7,12 @@ raises ``NotImplementedError`` marks its cases *unsupported* (counted separately
 Configurations arrive as :class:`rope_ref.RopeConfig`; a backend that does not want to depend on
 rope_ref's types reads ``cfg.head_dim``, ``cfg.layout``, ``cfg.rotary_dim``, ``cfg.base`` and
 ``cfg.scaling.to_hf()`` (an HF-style dict, or ``None``).
+
+Optional, backwards-compatible declarations (old backends need none of them): raise :class:`Unsupported`
+with a reason (``"operation"``, ``"config"``, ``"dtype"``) instead of a bare ``NotImplementedError``;
+``precision_by_op`` maps an operation to the policy of the path that serves it (``precision`` for the
+rest); ``oracle_tables`` names operations whose values the backend takes from rope_ref itself, so their
+passes are reported as borrowed, not as the backend's own.
 """
 
 from __future__ import annotations
@@ -16,7 +22,35 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Backend", "PrecisionPolicy", "DTYPES", "PRECISION_ALIASES", "canonical_dtype"]
+__all__ = [
+    "Backend",
+    "PrecisionPolicy",
+    "DTYPES",
+    "PRECISION_ALIASES",
+    "canonical_dtype",
+    "Unsupported",
+    "UNSUPPORTED_REASONS",
+]
+
+#: Why a case is unsupported: reason key -> what the coverage table prints.
+UNSUPPORTED_REASONS = {
+    "operation": "operation missing",
+    "config": "config not expressible",
+    "dtype": "dtype missing",
+}
+
+
+class Unsupported(NotImplementedError):
+    """Raised by a backend for a case it cannot run; ``reason`` is a key of :data:`UNSUPPORTED_REASONS`.
+
+    A subclass of ``NotImplementedError``, so runners that know only that still mark the case unsupported.
+    """
+
+    def __init__(self, message: str = "", reason: str = "config") -> None:
+        if reason not in UNSUPPORTED_REASONS:
+            raise ValueError(f"reason must be one of {sorted(UNSUPPORTED_REASONS)}, got {reason!r}")
+        super().__init__(message)
+        self.reason = reason
 
 #: Floating dtypes the suite knows, widest first.
 DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -65,6 +99,11 @@ class Backend:
     Attributes: ``name``, ``version``, ``device`` (free text, e.g. ``"cpu"``, ``"cuda:0"``),
     ``precision`` (a :class:`PrecisionPolicy`) and ``inplace`` (True if ``apply`` may overwrite
     its input; otherwise the runner fails any case where the input changed).
+
+    Optional: ``precision_by_op`` (operation -> :class:`PrecisionPolicy` of the path serving it; its
+    ``io_dtype`` must equal ``precision.io_dtype``, activations are converted once for the whole run) and
+    ``oracle_tables`` (operations whose values come from rope_ref itself: they are run and judged, but
+    the report counts their passes as borrowed, not as the backend's own).
     """
 
     name: str = "unnamed"
@@ -72,7 +111,18 @@ class Backend:
     device: str = "cpu"
     precision: PrecisionPolicy = PrecisionPolicy()
     inplace: bool = False
+    precision_by_op: dict[str, PrecisionPolicy] = {}  # noqa: RUF012 - read-only class default
+    oracle_tables: frozenset[str] = frozenset()
 
+    def precision_for(self, op: str) -> PrecisionPolicy:
+        """The policy the tolerance model judges ``op`` under: ``precision_by_op[op]`` or ``precision``."""
+        policy = (getattr(self, "precision_by_op", None) or {}).get(op, self.precision)
+        if policy.io_dtype != self.precision.io_dtype:
+            raise ValueError(
+                f"precision_by_op[{op!r}] declares io dtype {policy.io_dtype}, but the backend's io dtype "
+                f"is {self.precision.io_dtype}: a per-operation policy may change angle and compute only"
+            )
+        return policy
     # -- array conversion -------------------------------------------------------------------------
     def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> Any:
         """Convert a NumPy array to the backend's array type.
@@ -124,6 +174,18 @@ class Backend:
         self, x: Any, position_ids: Any, block_position_ids: Any, *, base: float, precision: str
     ) -> Any:
         """ChatGLM-6B 2D rotary: first half of each head by ``position_ids``, second by block ids."""
+        raise NotImplementedError
+
+    def chatglm_next_position_ids(
+        self,
+        input_ids: Any,
+        *,
+        bos_token_id: int,
+        mask_token_id: int,
+        gmask_token_id: int,
+        position_encoding_2d: bool,
+    ) -> Any:
+        """ChatGLM-6B ids of the last token under incremental decoding: ``(batch, 2, 1)`` / ``(batch, 1)``."""
         raise NotImplementedError
 
     def decay_upper_bound(self, distances: Any, cfg) -> Any:

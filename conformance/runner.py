@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .case import Case
-from .protocol import Backend
+from .protocol import UNSUPPORTED_REASONS, Backend, Unsupported
 from .tolerance import Comparison, check_case
 
 __all__ = [
@@ -90,6 +90,10 @@ class CaseResult:
     comparisons: list[Comparison] = field(default_factory=list)
     reproducer: str = ""
     xfail_reason: str = ""
+    #: for unsupported cases: a key of protocol.UNSUPPORTED_REASONS (operation, config, dtype)
+    unsupported_reason: str = ""
+    #: passed, but on values the backend takes from the oracle (``Backend.oracle_tables``)
+    borrowed: bool = False
 
     @property
     def worst(self) -> Comparison | None:
@@ -111,6 +115,10 @@ class CaseResult:
             out["message"] = self.message
         if self.xfail_reason:
             out["xfail_reason"] = self.xfail_reason
+        if self.unsupported_reason:
+            out["unsupported_reason"] = self.unsupported_reason
+        if self.borrowed:
+            out["borrowed"] = True
         if self.reproducer:
             out["reproducer"] = self.reproducer
         worst = self.worst
@@ -277,6 +285,46 @@ class SuiteReport:
             blocks.append("\n".join(block))
         return "\n\n".join(blocks)
 
+    @property
+    def applicable(self) -> list[CaseResult]:
+        """Results of cases written for this backend's I/O dtype (every status but ``skipped``)."""
+        return [r for r in self.results if r.status != "skipped"]
+
+    @property
+    def complete(self) -> bool:
+        """True when no applicable case was unsupported (``--require-all``)."""
+        return not any(r.status == "unsupported" for r in self.results)
+
+    def coverage_table(self) -> str:
+        """Per bug class: applicable cases, how many ran, passed (own / borrowed), failed, unsupported and
+        why; a class whose every case is unsupported is marked ``NOT COVERED``."""
+        groups: dict[str, list[CaseResult]] = {}
+        for r in self.applicable:
+            groups.setdefault(r.bug_class, []).append(r)
+        if not groups:
+            return ""
+        width = max(len("bug class"), *(len(g) for g in groups))
+        cols = ("cases", "ran", "passed", "borrowed", "failed", "unsupp.")
+        head = f"{'bug class':<{width}}  " + "  ".join(f"{c:>8}" for c in cols) + "  unsupported because"
+        lines = ["coverage (applicable cases per bug class):", head, "-" * len(head)]
+        for name in sorted(groups):
+            rs = groups[name]
+            unsupported = [r for r in rs if r.status == "unsupported"]
+            ran = len(rs) - len(unsupported)
+            borrowed = sum(r.borrowed for r in rs)
+            passed = sum(r.status in ("passed", "xpassed") and not r.borrowed for r in rs)
+            failed = sum(r.status in ("failed", "xfailed") for r in rs)
+            why: dict[str, int] = {}
+            for r in unsupported:
+                label = UNSUPPORTED_REASONS.get(r.unsupported_reason, "not implemented")
+                why[label] = why.get(label, 0) + 1
+            reasons = ", ".join(f"{n} {label}" for label, n in sorted(why.items()))
+            if unsupported and not ran:
+                reasons = "NOT COVERED: " + reasons
+            row = (len(rs), ran, passed, borrowed, failed, len(unsupported))
+            lines.append(f"{name:<{width}}  " + "  ".join(f"{v:>8}" for v in row) + f"  {reasons}".rstrip())
+        return "\n".join(lines)
+
     def headline(self) -> str:
         c = self.counts()
         parts = [f"{c[s]} {s}" for s in STATUSES if c[s]]
@@ -289,7 +337,9 @@ class SuiteReport:
             "golden": self.golden,
             "duration_s": round(self.duration, 3),
             "counts": self.counts(),
+            "applicable": len(self.applicable),
             "ok": self.ok,
+            "complete": self.complete,
             "warnings": list(self.warnings),
             "cases": [r.to_dict() for r in self.results],
         }
@@ -433,6 +483,7 @@ class Runner:
         if isinstance(error, NotImplementedError):
             result.status = "unsupported"
             result.message = f"{case.op} raised NotImplementedError" + (f": {error}" if str(error) else "")
+            result.unsupported_reason = self._unsupported_reason(case.op, error)
         elif isinstance(error, _CaseFailure):
             result.status, result.kind, result.message = "failed", error.kind, str(error)
         elif error is not None:
@@ -443,12 +494,21 @@ class Runner:
         else:
             result.comparisons = box["value"]
             bad = [c for c in result.comparisons if not c.passed]
+            result.borrowed = not bad and case.op in (getattr(self.backend, "oracle_tables", None) or ())
             if bad:
                 result.status = "failed"
                 nonfinite = any("non-finite" in c.note for c in bad)
                 result.kind = "non-finite" if nonfinite else "mismatch"
                 result.message = "\n".join(c.describe() for c in bad)
         return result
+
+    def _unsupported_reason(self, op: str, error: NotImplementedError) -> str:
+        """``Unsupported.reason``; else "operation" when the method is the protocol's own stub (or absent),
+        "config" when the backend's own method raised."""
+        if isinstance(error, Unsupported):
+            return error.reason
+        mine = getattr(type(self.backend), op, None)
+        return "operation" if mine is None or mine is getattr(Backend, op, None) else "config"
 
     def _execute(self, case: Case) -> list[Comparison]:
         b = self.backend
@@ -464,7 +524,8 @@ class Runner:
         raw = self._call(case, converted)
         outputs = self._outputs(case, raw)
         self._check_mutation(case, originals, handed, converted, snapshots, activations)
-        return check_case(case, outputs, b.precision)
+        policy = b.precision_for(case.op) if hasattr(b, "precision_for") else b.precision
+        return check_case(case, outputs, policy)
 
     def _call(self, case: Case, a: dict[str, Any]) -> Any:
         b, p = self.backend, case.params
@@ -482,6 +543,10 @@ class Runner:
             return b.apply_vjp(a["x"], a["positions"], case.rope_config(), a["grad_out"], **kw)
         if op == "chatglm_position_ids":
             return b.chatglm_position_ids(a["input_ids"], **p)
+        if op == "chatglm_next_position_ids":
+            if not hasattr(b, "chatglm_next_position_ids"):  # a backend class not derived from Backend
+                raise Unsupported("chatglm_next_position_ids is not implemented", "operation")
+            return b.chatglm_next_position_ids(a["input_ids"], **p)
         if op == "chatglm_apply_2d":
             return b.chatglm_apply_2d(a["x"], a["position_ids"], a["block_position_ids"], **p)
         if op == "decay_upper_bound":

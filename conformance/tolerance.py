@@ -42,6 +42,7 @@ __all__ = [
     "element_tolerance",
     "compare_output",
     "check_case",
+    "round_to",
 ]
 
 #: Unit roundoff u = 2^-p of each dtype (p = significand bits incl. the implicit one); IEEE 754-2008
@@ -80,6 +81,54 @@ def _rounding(policy: PrecisionPolicy) -> float:
 
 def _floor(policy: PrecisionPolicy) -> float:
     return 4.0 * max(_TINY[policy.io_dtype], _TINY[policy.compute_dtype])
+
+
+def _table_dtype(policy: PrecisionPolicy) -> str:
+    """The dtype tables (inv_freq, attention factor, decay sums) are judged in: the angle dtype, at least
+    float32. They are never held in the I/O dtype, so its roundoff and its tiny floor do not apply."""
+    return "float64" if policy.angle_dtype == "float64" else "float32"
+
+
+def _table_floor(policy: PrecisionPolicy) -> float:
+    """4 tiny of the table dtype: a floor for flushed subnormals, never the I/O dtype's (much larger) one."""
+    return 4.0 * _TINY[_table_dtype(policy)]
+
+
+#: Roundings in the float32 evaluation of YaRN's correction bound corr(beta) = d ln(L0 / (2 pi beta)) /
+#: (2 ln base): |d corr| <= YARN_CORR_SLACK (|corr| + d / (2 ln base)) u_a (docs/tolerance.md, "YaRN").
+YARN_CORR_SLACK = 4.0
+
+
+def _scaling_phase_factor(cfg, omega: np.ndarray) -> np.ndarray:
+    """Extra relative inv_freq error (in units of u_a) a scaling's own arithmetic adds, per pair.
+
+    Only YaRN with ``truncate=False`` has one: its ramp bounds are real numbers, so rounding them moves
+    the ramp r_i by dr_i <= (|d low| + |d high|) / (high - low) + 3 u_a, and omega_i = theta_i (1 - r_i
+    (1 - 1/f)) by a relative (1 - 1/f) dr_i / (1 - r_i (1 - 1/f)), up to f times dr_i near r_i = 1.
+    With ``truncate=True`` the bounds are integers and rounding cannot move them.
+    """
+    from rope_ref.scaling import YaRN
+
+    scaling = getattr(cfg, "scaling", None)
+    extra = np.zeros(np.shape(omega))
+    if not isinstance(scaling, YaRN) or scaling.truncate or np.ndim(omega) != 1:
+        return extra
+    d, base, f = cfg.rotary_dim, float(cfg.base), float(scaling.factor)
+    if f <= 1.0:
+        return extra
+    scale = d / (2.0 * np.log(base))
+    low, high = scaling.correction_range(base, d)
+    if low == high:
+        high += 0.001
+    u_a = UNIT_ROUNDOFF["float32"]
+    d_low = YARN_CORR_SLACK * (abs(low) + scale) * u_a
+    d_high = YARN_CORR_SLACK * (abs(high) + scale) * u_a
+    i = np.arange(np.size(omega), dtype=np.float64)
+    r = np.clip((i - low) / (high - low), 0.0, 1.0)
+    dr = (d_low + d_high) / (high - low) + 3.0 * u_a
+    moved = (i > low - d_low) & (i < high + d_high)  # pairs a rounded bound can reach
+    g = 1.0 - 1.0 / f
+    return np.where(moved, g * dr / (1.0 - r * g) / u_a, 0.0)
 
 
 def _phase_factor(omega: np.ndarray) -> np.ndarray:
@@ -122,7 +171,8 @@ def _rotation_bounds(v: np.ndarray, positions: np.ndarray, cfg, seq_len: int | N
     radius = np.hypot(v[..., a], v[..., b])
     amplitude = abs(factor) * radius
     u_a, u_r, floor = angle_roundoff(policy), _rounding(policy), _floor(policy)
-    pair_tol = amplitude * (_phase_factor(omega) * np.abs(theta) * u_a + ROUND_SLACK * u_r) + floor
+    k = _phase_factor(omega) + _scaling_phase_factor(cfg, omega)
+    pair_tol = amplitude * (k * np.abs(theta) * u_a + ROUND_SLACK * u_r) + floor
     tol = np.zeros(v.shape, dtype=np.float64)
     tol[..., a] = pair_tol
     tol[..., b] = pair_tol
@@ -167,12 +217,16 @@ def element_tolerance(case: Case, name: str, policy: PrecisionPolicy) -> _Bounds
     if rule == "exact":
         return _Bounds(np.zeros(expected.shape), np.ones(expected.shape, dtype=bool), [])
     if rule == "table":
-        tol = np.abs(expected) * _phase_factor(expected) * u_a + _floor(policy)
+        k = _phase_factor(expected)
+        if case.op == "inv_freq" and case.config is not None:
+            k = k + _scaling_phase_factor(case.rope_config(), expected)
+        tol = np.abs(expected) * k * u_a + _table_floor(policy)
         return _Bounds(tol, np.zeros(expected.shape, dtype=bool), [])
     if rule == "trig":
         cfg = case.rope_config()
         theta, omega, factor = _rope_terms(cfg, case.inputs["positions"], case.params.get("seq_len"))
-        tol = abs(factor) * (_phase_factor(omega) * np.abs(theta) * u_a + ROUND_SLACK * _rounding(policy))
+        k = _phase_factor(omega) + _scaling_phase_factor(cfg, omega)
+        tol = abs(factor) * (k * np.abs(theta) * u_a + ROUND_SLACK * _rounding(policy))
         return _Bounds(tol + _floor(policy), np.zeros(expected.shape, dtype=bool), [])
     if rule == "decay":
         return _Bounds(_decay_tolerance(case, expected, policy), np.zeros(expected.shape, dtype=bool), [])
@@ -218,7 +272,8 @@ def _decay_tolerance(case: Case, expected: np.ndarray, policy: PrecisionPolicy) 
     """Bound for RoFormer's (1/n) sum_j |S_j(r)|, S_j = sum_{k<j} e^{i r theta_k} (n = rotary_dim / 2).
 
     Phase errors add at most sum_k k_k |r| theta_k u_a to every |S_j|; the cumulative sums add at most
-    n^2 u_r (naive summation, Higham §4.2) and the modulus a few u_r |value|.
+    n^2 u_t (naive summation, Higham §4.2) and the modulus a few u_t |value|. Decay has no activations:
+    u_t = u_a + u_c (no I/O roundoff), and the floor is the table dtype's.
     """
     from rope_ref.frequencies import inv_freq, resolve_seq_len
 
@@ -228,8 +283,8 @@ def _decay_tolerance(case: Case, expected: np.ndarray, policy: PrecisionPolicy) 
     omega = inv_freq(cfg, seq_len)
     phase = float(np.sum(_phase_factor(omega) * omega)) * angle_roundoff(policy)
     n = omega.size
-    u_r = _rounding(policy)
-    return phase * r + u_r * (n * n + ROUND_SLACK * np.abs(expected)) + _floor(policy)
+    u_t = angle_roundoff(policy) + unit_roundoff(policy.compute_dtype)
+    return phase * r + u_t * (n * n + ROUND_SLACK * np.abs(expected)) + _table_floor(policy)
 
 
 # -- comparison --------------------------------------------------------------------------------------
@@ -296,6 +351,27 @@ def _worst(
     )
 
 
+def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
+    """``values`` rounded to ``dtype`` (to nearest, ties to even), returned as float64."""
+    v = np.asarray(values, dtype=np.float64)
+    if dtype == "bfloat16":
+        bits = v.astype(np.float32).view(np.uint32).astype(np.uint64)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+    with np.errstate(over="ignore"):
+        return v.astype(np.dtype(dtype)).astype(np.float64)
+
+
+def _exact_alternative(expected: np.ndarray, got: np.ndarray, exact: np.ndarray, policy) -> np.ndarray:
+    """``got`` with exact elements that equal ``expected`` rounded to a narrower declared compute dtype
+    replaced by ``expected``: a backend computing in float32 for float64 I/O (torchtune, MLX) returns x
+    rounded to float32 at position 0 and in pass-through channels, which is correct for that policy."""
+    if unit_roundoff(policy.compute_dtype) <= unit_roundoff(policy.io_dtype) or not exact.any():
+        return got
+    alt = round_to(expected, policy.compute_dtype)
+    return np.where(exact & (got == alt), expected, got)
+
+
 def compare_output(case: Case, name: str, got: np.ndarray, policy: PrecisionPolicy) -> list[Comparison]:
     """Judge ``got`` (already float64, same shape as expected) against ``case.expected[name]``."""
     expected = np.asarray(case.expected[name], dtype=np.float64)
@@ -303,7 +379,8 @@ def compare_output(case: Case, name: str, got: np.ndarray, policy: PrecisionPoli
     if got.shape != expected.shape:
         raise ValueError(f"{name}: got shape {got.shape}, expected {expected.shape}")
     bounds = element_tolerance(case, name, policy)
-    results = [_worst(name, expected, got, bounds.tol, bounds.exact)]
+    judged = _exact_alternative(expected, got, bounds.exact, policy) if case.tolerance != "exact" else got
+    results = [_worst(name, expected, judged, bounds.tol, bounds.exact)]
     for channels, a, b, amplitude, norm_tol in bounds.norms:
         part = got[..., channels]
         with np.errstate(invalid="ignore", over="ignore"):

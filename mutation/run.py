@@ -15,6 +15,7 @@ killed and survived mutants, leaving out skipped ones and the accepted equivalen
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import shutil
 import subprocess
@@ -113,13 +114,20 @@ def _score(session: Path, module: str, equivalents: list[dict]) -> dict:
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
-    accepted = {e["mutant"] for e in equivalents if e["module"] == module}
+    mine = [e for e in equivalents if e["module"] == module]
+    accepted = {e["mutant"] for e in mine if "mutant" in e}
+    patterns = [re.compile(e["pattern"]) for e in mine if "pattern" in e]
+
+    def equivalent(diff: str | None) -> bool:
+        line = _mutated_line(diff)
+        return line in accepted or any(p.search(line) for p in patterns)
+
     out: dict = {"killed": 0, "survived": 0, "equivalent": 0, "skipped": 0, "survivors": []}
     with use_db(str(session), WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
             if result.worker_outcome == WorkerOutcome.SKIPPED:
                 out["skipped"] += 1
-            elif result.test_outcome == TestOutcome.SURVIVED and _mutated_line(result.diff) in accepted:
+            elif result.test_outcome == TestOutcome.SURVIVED and equivalent(result.diff):
                 out["equivalent"] += 1
             elif result.test_outcome == TestOutcome.SURVIVED:
                 out["survived"] += 1

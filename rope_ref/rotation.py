@@ -182,12 +182,21 @@ def _rotate_interleaved_block(
 
 
 def apply(
-    x: Any, positions: Any, cfg: RopeConfig, *, seq_len: int | None = None, axes: str | None = None
+    x: Any,
+    positions: Any,
+    cfg: RopeConfig,
+    *,
+    seq_len: int | None = None,
+    axes: str | None = None,
+    inverse: bool = False,
 ) -> np.ndarray:
     """Rotate ``x`` (shape ``(..., head_dim)``) by ``positions`` (broadcast against ``x.shape[:-1]``).
 
     ``axes`` names x's axes (``"bshd"``, ``"bhsd"``, ``"sbhd"``, ``"thd"``, ...; see
     :mod:`rope_ref.axes`): then ``positions`` may be HF-style ``(B, S)`` ids, per-token ids or a scalar.
+    ``inverse=True`` rotates by ``-m theta_i`` (``R_m^T``, what backward passes and de-rotation use):
+    exactly ``apply(x, -positions)`` except that a length-dependent scaling still sees the sequence
+    length of ``positions`` (the table of the forward pass).
 
     RoFormer eq. 34 in float64: for each pair (a, b) of the layout, ``y_a = x_a cos - x_b sin`` and
     ``y_b = x_b cos + x_a sin``, with cos and sin of m*theta_i multiplied by the attention factor (HF
@@ -195,6 +204,10 @@ def apply(
     be negative or fractional. Returns a new float64 array with ``x.shape``.
     """
     cfg, x, pos, seq_len = _validated(x, positions, cfg, seq_len, axes)
+    if not isinstance(inverse, (bool, np.bool_)):
+        raise TypeError(f"inverse must be a bool, got {type(inverse).__name__}")
+    if inverse:
+        pos = -pos  # seq_len was resolved from the forward positions above
     freqs = inv_freq(cfg, seq_len)
     factor = attention_factor(cfg, seq_len)
     out = np.empty(x.shape, dtype=np.float64)

@@ -21,6 +21,7 @@ import resource
 import shutil
 import tempfile
 import warnings
+from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
 
@@ -39,7 +40,6 @@ STRESS = os.environ.get("ROPE_REF_HYPOTHESIS_PROFILE", "ci") == "stress"
 N_API = 10_000 if STRESS else 300
 N_CLI = 10_000 if STRESS else 120
 SETTINGS = dict(
-    deadline=None,
     suppress_health_check=[
         HealthCheck.too_slow,
         HealthCheck.function_scoped_fixture,
@@ -388,7 +388,8 @@ def _same(a, b) -> bool:
     return a == b
 
 
-@settings(max_examples=N_API, **SETTINGS)
+# A call that runs for seconds on a small input is a finding too (huge sizes must be refused up front).
+@settings(max_examples=N_API, deadline=timedelta(seconds=5), **SETTINGS)
 @given(data=st.data())
 def test_public_functions_raise_only_value_or_type_errors(data):
     name = data.draw(st.sampled_from(sorted(API)), label="function")
@@ -604,7 +605,7 @@ def _workdir(base: Path):
         shutil.rmtree(d, ignore_errors=True)
 
 
-@settings(max_examples=N_CLI, **SETTINGS)
+@settings(max_examples=N_CLI, deadline=timedelta(seconds=30), **SETTINGS)
 @given(argv=cli_argv, config_text=st.sampled_from(JSON_JUNK), manifest_text=st.sampled_from(JSON_JUNK))
 def test_cli_exits_cleanly(small_set, tmp_path_factory, capsys, argv, config_text, manifest_text):
     base = tmp_path_factory.getbasetemp() / "garbage-cli"

@@ -1,0 +1,81 @@
+"""Other people's RoPE as conformance backends: the subjects the suite exists to check.
+
+Each peer wraps one real library and calls that library's own functions; nothing here re-implements
+RoPE math. Importing this package imports no library: :func:`get_peer` loads an adapter module on
+first use, and :func:`peer_status` says, without raising, whether a peer can run here.
+
+Names (``rope-ref conformance run --backend hf:llama``, ``rope-ref ecosystem``) map to
+``(module, options)``; each module defines ``make_backend(precision=None, **options)`` and
+``available(**options) -> (ok, reason)``, the same contract as the built-in backends.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PEERS", "GPU_PEERS", "peer_names", "get_peer", "peer_status", "peer_info", "FINDINGS_DIR"]
+
+#: name -> (adapter module relative to this package, options for make_backend/available)
+PEERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "hf:llama": ("hf", {"family": "llama"}),
+    "hf:gpt-neox": ("hf", {"family": "gpt-neox"}),
+    "hf:glm": ("hf", {"family": "glm"}),
+    "hf:gptj": ("hf", {"family": "gptj"}),
+    "onnxruntime": ("onnx_peers", {"flavour": "onnxruntime"}),
+    "onnxruntime:contrib": ("onnx_peers", {"flavour": "onnxruntime:contrib"}),
+    "onnx-reference": ("onnx_peers", {"flavour": "onnx-reference"}),
+    "rotary-embedding-torch": ("rotary_embedding_torch_peer", {}),
+    "torchtune": ("torchtune_peer", {}),
+    "keras-hub:torch": ("keras_hub_peer", {"keras_backend": "torch"}),
+    "keras-hub:jax": ("keras_hub_peer", {"keras_backend": "jax"}),
+    "mlx": ("mlx_peers", {"flavour": "mlx"}),
+    "mlx-lm": ("mlx_peers", {"flavour": "mlx-lm"}),
+    "flash-attn": ("gpu_peers", {"library": "flash-attn"}),
+    "liger-kernel": ("gpu_peers", {"library": "liger-kernel"}),
+    "vllm": ("gpu_peers", {"library": "vllm"}),
+    "transformer-engine": ("gpu_peers", {"library": "transformer-engine"}),
+    "flashinfer": ("gpu_peers", {"library": "flashinfer"}),
+}
+
+#: Peers whose kernels need a CUDA GPU (run when one is present, otherwise listed as not run).
+GPU_PEERS = ("flash-attn", "liger-kernel", "vllm", "transformer-engine", "flashinfer")
+
+#: One findings file per peer (``<name with ':' as '_'>.toml``): the known failures, each explained.
+FINDINGS_DIR = Path(__file__).with_name("findings")
+
+
+def peer_names() -> list[str]:
+    return list(PEERS)
+
+
+def _module(name: str):
+    if name not in PEERS:
+        raise ValueError(f"unknown peer {name!r}; peers are {', '.join(PEERS)}")
+    return importlib.import_module(f"{__name__}.{PEERS[name][0]}")
+
+
+def peer_status(name: str) -> tuple[bool, str]:
+    """``(True, "")`` if the peer can run here, else ``(False, why)``; never raises for a known name."""
+    try:
+        module = _module(name)
+    except ImportError as exc:  # the adapter itself imports lazily; this is a broken install
+        return False, f"adapter import failed: {exc}"
+    return module.available(**PEERS[name][1])
+
+
+def peer_info(name: str) -> dict[str, Any]:
+    """The adapter class's static description (precisions, notes) without touching the library."""
+    module = _module(name)
+    return module.describe(**PEERS[name][1]) if hasattr(module, "describe") else {}
+
+
+def get_peer(name: str, precision: str | None = None):
+    """A ready backend for peer ``name`` (``BackendUnavailable`` if the library or device is missing)."""
+    from rope_ref.conformance.registry import BackendUnavailable
+
+    ok, reason = peer_status(name)
+    if not ok:
+        raise BackendUnavailable(reason)
+    return _module(name).make_backend(precision=precision, **PEERS[name][1])

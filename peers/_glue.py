@@ -1,0 +1,272 @@
+"""The glue every peer adapter shares, kept in one place.
+
+* :class:`Peer`: a :class:`~rope_ref.conformance.protocol.Backend` with a precision policy per
+  operation, a list of what the library cannot express (reported *unsupported* with the reason), and
+  the operations whose cos/sin tables are taken from the oracle rather than the library.
+* Axis plans: every case's ``x`` is ``(..., head_dim)`` with positions broadcast against
+  ``x.shape[:-1]``; :func:`tokens` flattens that to one row per token with its own position, which
+  every library accepts as "one sequence of N tokens" (or N sequences of one).
+* Prefill emulation (:func:`prefill_plan`): for libraries that take positions from a tensor's length
+  (``arange(seq_len) + offset``), the tokens are scattered into a zero prefill of length
+  ``max(position) + 1`` so the library builds its positions the way it does in real use.
+* Unit-vector probes (:func:`probe_cos_sin`): for libraries that only rotate, ``cos`` and ``sin``
+  are read back by rotating the unit vector of each pair's first channel.
+* Layout bridge (:func:`layout_permutation`): the channel permutation of HF's
+  ``convert_llama_weights_to_hf.permute`` maps a half-layout head onto an interleaved one
+  (``half(P x) = P interleaved(x)``), so a library with one layout can be asked about the other.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rope_ref.conformance.protocol import PRECISION_ALIASES, Backend, PrecisionPolicy
+
+__all__ = [
+    "Peer",
+    "Unsupported",
+    "SHORT",
+    "dist_version",
+    "tokens",
+    "prefill_plan",
+    "probe_cos_sin",
+    "layout_permutation",
+    "integer_positions",
+    "config_key",
+]
+
+#: canonical dtype name -> short precision name (the ecosystem page's columns)
+SHORT = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+OPS = (
+    "inv_freq",
+    "attention_factor",
+    "cos_sin",
+    "apply",
+    "apply_vjp",
+    "chatglm_position_ids",
+    "chatglm_apply_2d",
+    "decay_upper_bound",
+)
+
+#: Operations no RoPE library offers; every peer reports them unsupported with this reason.
+NOT_LIBRARY_OPS = {
+    "chatglm_position_ids": "ChatGLM-6B position ids live in THUDM's hub code, not in this library",
+    "chatglm_apply_2d": "ChatGLM-6B 2D rotary lives in THUDM's hub code, not in this library",
+    "decay_upper_bound": "RoFormer's decay bound is analysis, not an operation of this library",
+}
+
+
+class Unsupported(NotImplementedError):
+    """The library cannot express this case; the message says why (the runner reports it unsupported)."""
+
+
+def dist_version(distribution: str) -> str:
+    """The installed version of a distribution, or ``"not installed"``."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def config_key(cfg) -> str:
+    """A hashable key of a RopeConfig (one library module per distinct config, kept across cases)."""
+    scaling = cfg.scaling.to_hf() if cfg.scaling is not None else None
+    return repr((cfg.head_dim, cfg.layout, cfg.rotary_dim, float(cfg.base), sorted((scaling or {}).items())))
+
+
+class Peer(Backend):
+    """Base class of the peer adapters.
+
+    Subclasses set ``peer`` (registry name), ``distribution`` (for the version), ``precisions``
+    (short names it runs at), and implement ``_inv_freq``, ``_attention_factor``, ``_cos_sin``,
+    ``_apply``, ``_apply_vjp`` where the library offers them; ``policies(io)`` returns the honest
+    :class:`PrecisionPolicy` of each operation at I/O dtype ``io``. ``oracle_table_ops`` names the
+    operations whose cos/sin tables come from rope_ref (their passes are not the library's own).
+    """
+
+    peer = "peer"
+    distribution = ""
+    precisions: tuple[str, ...] = ("fp32",)
+    oracle_table_ops: frozenset[str] = frozenset()
+    #: op -> why the library cannot do it (reported as unsupported)
+    cannot: dict[str, str] = {}
+    #: free-text notes shown on the ecosystem page (how the adapter drives the library)
+    notes: tuple[str, ...] = ()
+
+    def __init__(self, precision: str | None = None) -> None:
+        short = SHORT[PRECISION_ALIASES[precision]] if precision else self.precisions[0]
+        if short not in self.precisions:
+            raise ValueError(f"peer {self.peer!r} runs at {', '.join(self.precisions)}, not {precision!r}")
+        self.precision_name = short
+        self.io = PRECISION_ALIASES[short]
+        self.name = self.peer
+        self.version = dist_version(self.distribution) if self.distribution else "?"
+        self._policies = self.policies(self.io)
+        self._op = "apply"
+
+    # -- precision per operation ----------------------------------------------------------------------
+    def policies(self, io: str) -> dict[str, PrecisionPolicy]:
+        """Policy per operation; the default: float32 tables, rotation in the I/O dtype."""
+        p = PrecisionPolicy(io, "float32", io)
+        return dict.fromkeys(OPS, p)
+
+    @property
+    def precision(self) -> PrecisionPolicy:  # type: ignore[override]
+        return self._policies.get(self._op, self._policies["apply"])
+
+    # -- the protocol, routed to the _op methods ------------------------------------------------------
+    def _route(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        self._op = op
+        if op in NOT_LIBRARY_OPS:
+            raise Unsupported(NOT_LIBRARY_OPS[op])
+        if op in self.cannot:
+            raise Unsupported(self.cannot[op])
+        return getattr(self, "_" + op)(*args, **kwargs)
+
+    def inv_freq(self, cfg, seq_len=None):
+        return self._route("inv_freq", cfg, seq_len)
+
+    def attention_factor(self, cfg, seq_len=None):
+        return self._route("attention_factor", cfg, seq_len)
+
+    def cos_sin(self, positions, cfg, seq_len=None):
+        return self._route("cos_sin", positions, cfg, seq_len)
+
+    def apply(self, x, positions, cfg, seq_len=None):
+        return self._route("apply", x, positions, cfg, seq_len)
+
+    def apply_vjp(self, x, positions, cfg, grad_out, seq_len=None):
+        return self._route("apply_vjp", x, positions, cfg, grad_out, seq_len)
+
+    def chatglm_position_ids(self, input_ids, **_: Any):
+        return self._route("chatglm_position_ids")
+
+    def chatglm_apply_2d(self, x, position_ids, block_position_ids, **_: Any):
+        return self._route("chatglm_apply_2d")
+
+    def decay_upper_bound(self, distances, cfg):
+        return self._route("decay_upper_bound")
+
+    def _unsupported(self, op: str) -> Any:
+        raise Unsupported(f"{self.peer} has no public API for {op}")
+
+    def _inv_freq(self, cfg, seq_len):
+        return self._unsupported("inv_freq")
+
+    def _attention_factor(self, cfg, seq_len):
+        return self._unsupported("attention_factor")
+
+    def _cos_sin(self, positions, cfg, seq_len):
+        return self._unsupported("cos_sin")
+
+    def _apply(self, x, positions, cfg, seq_len):
+        return self._unsupported("apply")
+
+    def _apply_vjp(self, x, positions, cfg, grad_out, seq_len):
+        return self._unsupported("apply_vjp")
+
+    # -- arrays: torch by default (the NumPy/JAX/MLX peers override) ----------------------------------
+    def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> Any:
+        import torch
+
+        t = torch.from_numpy(np.array(array, copy=True))
+        return t.to(_torch_dtype(dtype)) if dtype is not None else t
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        import torch
+
+        if isinstance(array, torch.Tensor):
+            array = array.detach().cpu()
+            return (array.float() if array.dtype == torch.bfloat16 else array).numpy()
+        return np.asarray(array)
+
+    def torch_vjp(self, x, positions, cfg, grad_out, seq_len) -> Any:
+        """VJP through torch autograd of this peer's own ``_apply`` (libraries with torch autograd)."""
+        import torch
+
+        xg = x.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            y = self._apply(xg, positions, cfg, seq_len)
+            (g,) = torch.autograd.grad(y, xg, grad_out)
+        return g
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {
+        "float64": torch.float64,
+        "float32": torch.float32,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+    }[PRECISION_ALIASES[name]]
+
+
+# -- axis plans -------------------------------------------------------------------------------------------
+
+
+def tokens(x_shape: tuple[int, ...], positions: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
+    """``(lead_shape, flat_positions)``: positions broadcast to ``x.shape[:-1]``, one per token."""
+    lead = tuple(x_shape[:-1])
+    return lead, np.broadcast_to(np.asarray(positions), lead).reshape(-1)
+
+
+def integer_positions(pos: np.ndarray, peer: str) -> np.ndarray:
+    """``pos`` as int64, or :class:`Unsupported` when any is fractional or negative."""
+    p = np.asarray(pos)
+    if p.dtype.kind == "f":
+        if not np.all(np.isfinite(p)) or np.any(p != np.round(p)):
+            raise Unsupported(f"{peer} takes integer positions only (this case has fractional ones)")
+    p = p.astype(np.int64)
+    if p.size and p.min() < 0:
+        raise Unsupported(f"{peer} takes non-negative positions only")
+    return p
+
+
+def prefill_plan(pos: np.ndarray, head_dim: int, cap: int = 1 << 23) -> tuple[int, np.ndarray] | None:
+    """Prefill emulation for libraries that read positions from a length.
+
+    Returns ``(length, rows)``: run the library on a zero tensor of shape ``(N, length, head_dim)``
+    with token ``n`` at row ``rows[n]`` (its position) and read row ``rows[n]`` back; ``length`` is
+    ``max(position) + 1``, so the library builds ``arange(length)`` itself. ``None`` when that tensor
+    would exceed ``cap`` elements (the adapter then decodes one token at a time at ``offset=position``).
+    """
+    n = pos.size
+    length = int(pos.max()) + 1 if n else 1
+    if n * length * head_dim > cap:
+        return None
+    return length, pos.astype(np.int64)
+
+
+def probe_cos_sin(rotate: Callable[[np.ndarray], np.ndarray], n_pos: int, cfg) -> tuple[np.ndarray, np.ndarray]:
+    """Read ``cos``/``sin`` of a rotate-only library with unit vectors.
+
+    ``rotate(e)`` applies the library at the case's positions to ``e`` of shape ``(n_pos, k, head_dim)``
+    (``k = rotary_dim // 2`` unit vectors per position) and returns the result as NumPy. Pair ``i``'s
+    first channel ``a`` maps to ``cos_i`` at ``a`` and ``sin_i`` at its partner ``b``.
+    """
+    k = cfg.rotary_dim // 2
+    i = np.arange(k)
+    a, b = (i, i + k) if cfg.layout == "half" else (2 * i, 2 * i + 1)
+    e = np.zeros((n_pos, k, cfg.head_dim))
+    e[:, i, a] = 1.0
+    y = np.asarray(rotate(e), dtype=np.float64)
+    return y[:, i, a], y[:, i, b]
+
+
+def layout_permutation(rotary_dim: int, head_dim: int) -> np.ndarray:
+    """Channel order ``P`` with ``half(x) = P^-1 interleaved(P x)`` on the first ``rotary_dim`` channels.
+
+    The permutation of HF ``convert_llama_weights_to_hf.permute``: interleaved channel ``2i`` holds half
+    channel ``i`` and ``2i + 1`` holds ``i + rotary_dim/2``. Pass-through channels stay in place.
+    """
+    k = rotary_dim // 2
+    perm = np.arange(head_dim)
+    perm[0:rotary_dim:2] = np.arange(k)
+    perm[1:rotary_dim:2] = np.arange(k, rotary_dim)
+    return perm
