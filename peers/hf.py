@@ -98,8 +98,8 @@ class HFPeer(Peer):
             max_pos = int(round(orig * factor))
         else:
             max_pos = 4096
-        if cfg.rotary_dim != cfg.head_dim:
-            params["partial_rotary_factor"] = cfg.rotary_dim / cfg.head_dim
+        # explicit always: GPT-NeoX (rotary_pct 0.25) and GLM (0.5) default to partial rotary
+        params["partial_rotary_factor"] = cfg.rotary_dim / cfg.head_dim
         kwargs = dict(
             hidden_size=cfg.head_dim * _HEADS,
             num_attention_heads=_HEADS,

@@ -17,12 +17,13 @@ precision*, Numer. Math. 18, 1971; Muller et al., *Handbook of Floating-Point Ar
    nearest integer ``k`` is removed, and the fractional part ``f = u - k`` (``|f| <= 1/2``) is kept as
    a double-double. This is Cody-Waite / Payne-Hanek reduction specialised to a product with a fixed
    factor; the reduced argument's absolute error is below ``2**-100`` for every supported input.
-2. **Table split.** ``j = rint(128 f)`` picks ``sin, cos(j pi / 256)`` from a 131-entry table
-   (double-doubles computed with mpmath), leaving ``t = (f - j/128) pi / 2``, ``|t| <= pi/512``.
+2. **Table split.** ``j = rint(128 f)`` and the quadrant ``k mod 4`` pick ``sin, cos(J pi / 256)``,
+   ``J = j + 128 (k mod 4)``, from a 515-entry table (double-doubles computed with mpmath's
+   ``sinpi``/``cospi``), leaving ``t = (f - j/128) pi / 2``, ``|t| <= pi/512``.
 3. **Short polynomials** for ``sin t - t`` (degree 7) and ``cos t - 1`` (degree 8): Taylor's
    coefficients; the truncation error is below ``2**-75``.
-4. **Recombination.** ``sin(jpi/256 + t)`` and ``cos(jpi/256 + t)`` by the addition formulas with the
-   leading product and sum exact, then one final rounding; quadrant ``k mod 4`` by symmetry.
+4. **Recombination.** ``sin(J pi/256 + t)`` and ``cos(J pi/256 + t)`` by the addition formulas with
+   the leading product and sum exact, then one final rounding.
 
 Supported range: ``|m * theta| <= ANGLE_LIMIT`` (radians); :func:`check_angle_range` refuses more.
 """
@@ -43,7 +44,7 @@ ANGLE_LIMIT = float(2**48)
 
 _SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitting constant for float64
 _TABLE_STEPS = 128  # table spacing: 1/128 quarter turn = pi/256 rad
-_TABLE_HALF = _TABLE_STEPS // 2 + 1  # |j| <= 64 since |f| <= 1/2; one spare entry each side
+_TABLE_PAD = _TABLE_STEPS // 2 + 1  # |j| <= 64 since |f| <= 1/2; one spare entry each side
 _TINY = 2.0**-500  # quarter turns below which the angle is handled as tiny (no underflow in the products)
 _BLOCK = 1 << 12  # elements per block: temporaries stay in cache and below malloc's trim threshold
 
@@ -80,17 +81,18 @@ def _fast_two_sum(a, b):
 @functools.lru_cache(maxsize=1)
 def _constants() -> tuple[np.ndarray, ...]:
     """``pi/2`` (a double-double and the split of its leading part) and the table of
-    ``sin, cos(j pi/256)`` for ``j = -_TABLE_HALF .. _TABLE_HALF`` as double-doubles, with the splits
-    of their leading parts (row ``j + _TABLE_HALF``)."""
+    ``sin, cos(J pi/256)`` for ``J = -_TABLE_PAD .. 3 * 128 + _TABLE_PAD`` (row ``J + _TABLE_PAD``) as
+    double-doubles, with the splits of their leading parts. ``sinpi``/``cospi`` make the entries at
+    multiples of pi/2 exactly 0 and +-1."""
     mp = _mp.ctx()
     half_pi = mp.pi / 2
     p1 = _mp.to_float(half_pi)
     p2 = _mp.to_float(half_pi - mp.mpf(p1))
-    size = 2 * _TABLE_HALF + 1
+    size = 3 * _TABLE_STEPS + 2 * _TABLE_PAD + 1
     sin_hi, sin_lo, cos_hi, cos_lo = (np.empty(size) for _ in range(4))
     for row in range(size):
-        angle = mp.pi * (row - _TABLE_HALF) / (2 * _TABLE_STEPS)
-        s, c = mp.sin(angle), mp.cos(angle)
+        turns = mp.mpf(row - _TABLE_PAD) / (2 * _TABLE_STEPS)  # J / 256, exact
+        s, c = mp.sinpi(turns), mp.cospi(turns)
         sin_hi[row] = _mp.to_float(s)
         sin_lo[row] = _mp.to_float(s - mp.mpf(sin_hi[row]))
         cos_hi[row] = _mp.to_float(c)
@@ -160,29 +162,29 @@ def _block(m, mh, ml, theta, w1, w1h, w1l, w2, w2h, w2l, w3, out_cos, out_sin) -
     sm = (th * t2) * (_S3 + t2 * (_S5 + t2 * _S7))
     cm = t2 * (_C2 + t2 * (_C4 + t2 * (_C6 + t2 * _C8))) - th * tl
     tail = tl + sm  # sin t = th + tail
-    # 4. with a = j pi/256: sin(a + t) = S + C t + S (cos t - 1) + C (sin t - t),
+    # 4. with a = J pi/256, J = j + 128 (k mod 4) (the quadrant folded into the table row):
+    #    sin(a + t) = S + C t + S (cos t - 1) + C (sin t - t),
     #    cos(a + t) = C - S t + C (cos t - 1) - S (sin t - t); the products C t and S t are exact.
-    row = j.astype(np.intp) + _TABLE_HALF
+    quadrant = k - 4.0 * np.floor(k * 0.25)
+    row = (j + quadrant * _TABLE_STEPS).astype(np.intp) + _TABLE_PAD
     sa, sa_lo, ca, ca_lo = sin_hi[row], sin_lo[row], cos_hi[row], cos_lo[row]
     thh, thl = _split(th)
     a = ca * th
     s, se = _two_sum(sa, a)
-    sin_r = s + ((((se + _two_product_error(a, cos_h[row], cos_l[row], thh, thl)) + sa_lo) + sa * cm)
-                 + (ca * tail + ca_lo * th))
+    np.add(
+        s,
+        (((se + _two_product_error(a, cos_h[row], cos_l[row], thh, thl)) + sa_lo) + sa * cm)
+        + (ca * tail + ca_lo * th),
+        out=out_sin,
+    )
     b = sa * th
     c, ce = _two_sum(ca, -b)
-    cos_r = c + ((((ce - _two_product_error(b, sin_h[row], sin_l[row], thh, thl)) + ca_lo) + ca * cm)
-                 - (sa * tail + sa_lo * th))
-    # 5. quadrant: the angle is r + k pi/2.
-    quadrant = k - 4.0 * np.floor(k * 0.25)
-    odd = (quadrant == 1.0) | (quadrant == 3.0)
-    sin_v = np.where(odd, cos_r, sin_r)
-    cos_v = np.where(odd, sin_r, cos_r)
-    np.negative(sin_v, out=out_sin, where=quadrant >= 2.0)
-    np.copyto(out_sin, sin_v, where=quadrant < 2.0)
-    flip = (quadrant == 1.0) | (quadrant == 2.0)
-    np.negative(cos_v, out=out_cos, where=flip)
-    np.copyto(out_cos, cos_v, where=~flip)
+    np.add(
+        c,
+        (((ce - _two_product_error(b, sin_h[row], sin_l[row], thh, thl)) + ca_lo) + ca * cm)
+        - (sa * tail + sa_lo * th),
+        out=out_cos,
+    )
     # 6. tiny angles (zero included): Dekker's products would underflow. There cos = 1 and sin is the
     #    product rounded once (|x**3 / 6| is far below half an ulp of x), with the sign of a zero kept.
     tiny = np.abs(p) < _TINY

@@ -64,7 +64,8 @@ def _check_seq_len(seq_len: Any) -> int | None:
         return None
     seq_len = check_int(seq_len, "seq_len", minimum=1)
     if seq_len > POSITION_LIMIT + 1:
-        raise ValueError(f"seq_len must be <= 2**40 + 1 (the oracle's position limit + 1), got {seq_len}")
+        shown = str(seq_len) if seq_len < 10**20 else f"an integer of {len(str(seq_len))} digits"
+        raise ValueError(f"seq_len must be <= 2**40 + 1 (the oracle's position limit + 1), got {shown}")
     return seq_len
 
 

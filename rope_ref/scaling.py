@@ -667,6 +667,8 @@ def scaling_from_hf(
     rope_type = d.get("rope_type", d.get("type"))
     if rope_type is None:
         raise ValueError(f"rope_scaling has neither 'rope_type' nor 'type': {dict(d)!r:.200}")
+    if not isinstance(rope_type, str):
+        raise TypeError(f"rope_type must be a string, got {type(rope_type).__name__} {rope_type!r:.60}")
     if rope_type not in _KEYS:
         raise ValueError(f"rope_scaling has unknown rope_type {rope_type!r}; rope-ref knows {ROPE_TYPES}")
     unknown = sorted(set(d) - _KEYS[rope_type] - _COMMON_KEYS)

@@ -136,3 +136,26 @@ def test_garbage_only_ever_raises_value_or_type_error(x, positions, head_dim, ro
             fn()
         except (ValueError, TypeError):
             pass
+
+
+def test_overflow_and_huge_inputs_give_clear_errors():
+    # Issue "nothing lost": each of these used to end in a traceback, NaN or a 600-digit message.
+    from rope_ref import decay
+
+    dyn = rope_ref.RopeConfig(8, layout="half", scaling=rope_ref.DynamicNTK(2.0, 16))
+    with pytest.raises(ValueError, match="an integer of 603 digits"):
+        rope_ref.inv_freq(dyn, seq_len=2**2000)
+    big = rope_ref.RopeConfig(128, layout="half", scaling=rope_ref.DynamicNTK(2.0, 4096))
+    with pytest.raises(ValueError, match=r"2\*\*40"):
+        rope_ref.apply(np.ones((1, 128)), [1.7e308], big)
+    with pytest.raises(ValueError, match="at least one vector"):
+        decay.score_curve([1.0], rope_ref.RopeConfig(8, layout="half"), np.ones((0, 8)), np.ones((0, 8)))
+    for max_distance, step in ((1, 1e-300), (1e308, 1e-10)):
+        with pytest.raises(ValueError, match="more than 10\\^7 points") as info:
+            decay.decay_distances(max_distance, step)
+        assert len(str(info.value)) < 120
+    with pytest.raises(TypeError, match="rope_type must be a string"):
+        rope_ref.scaling_from_hf({"rope_type": ["linear"], "factor": 2.0})
+    tiny = rope_ref.RopeConfig(8, layout="half", scaling=rope_ref.LongRoPE([1e-300] * 4, [1.0] * 4, 16))
+    with pytest.raises(ValueError, match=r"2\*\*48"):
+        rope_ref.cos_sin([3.0], tiny)  # inverse frequencies of 1e300: beyond the exact reduction
