@@ -36,6 +36,9 @@ __all__ = [
     "config_dict",
     "custom_cases",
     "CUSTOM_OPS",
+    "revealing_positions",
+    "covering_rows",
+    "pairwise_gaps",
 ]
 
 #: Activation dtypes each activation case is generated for (``Case.io_dtype``).
@@ -74,6 +77,22 @@ BUG_CLASSES: dict[str, str] = {
     "chatglm_fp16_emulation": "the released ChatGLM-6B fp16 table/rotation not reproduced bit-faithfully",
     "decay": "RoFormer long-term decay bound (relative upper bound, §3.4.3) computed wrong",
     "custom": "golden vectors for a user's own model settings and shapes (--preset, --hf-config)",
+    "crossed_axes": "a bug that lives in a combination of axes: a scaling lost on the interleaved or "
+    "partial-rotary path, a cos/sin table without its attention factor (docs/catalogue.md)",
+    "negative_positions": "negative positions (KV-cache context shift, re-rotation) wrapped, clamped or "
+    "taken as unsigned (a cos/sin cache indexed with -k reads row S-k)",
+    "explicit_seq_len": "an explicit seq_len ignored and max(positions) + 1 used for a length-dependent "
+    "scaling (chunked prefill, a cache allocated for the whole context)",
+    "scaling_parameters": "scaling parameters at non-default values ignored: YaRN beta_fast/beta_slow "
+    "(Kimi-K2 1/1), truncate, mscale pairs, attention_factor < 1 (mlx-lm, keras-hub)",
+    "scaling_partial_rotary": "a scaling applied over head_dim when rotary_dim < head_dim (LongRoPE 96 of "
+    "128 in Phi-4-mini, YaRN and Llama 3 with partial rotary)",
+    "table_cache_state": "a table cache or switch kept across calls: keyed without the base (Gemma 3 "
+    "local/global, 1e4 then 1e6), LongRoPE kept long after a long call, dynamic NTK not reset",
+    "kernel_tails": "the last partial tile of rows or heads dropped by a kernel (head counts 28/40/52/71, "
+    "row counts not multiples of 32/64/128, several hundred rows)",
+    "chatglm_incremental": "ChatGLM-6B incremental decoding ids (next_position_ids) wrong: stale block "
+    "id, [MASK] and [gMASK] in one row, left padding",
 }
 
 _CLIP = 4.0
@@ -174,11 +193,14 @@ def evaluate(
     """Expected tensors of one case, from the float64 oracle (``rope_ref``)."""
     import rope_ref
 
-    if op in ("chatglm_position_ids", "chatglm_apply_2d"):
+    if op in ("chatglm_position_ids", "chatglm_apply_2d", "chatglm_next_position_ids"):
         from rope_ref import chatglm
 
         if op == "chatglm_position_ids":
             return {"out": np.asarray(chatglm.position_ids(inputs["input_ids"], **params), dtype=np.int64)}
+        if op == "chatglm_next_position_ids":
+            ids = inputs["input_ids"]
+            return {"out": np.asarray(chatglm.next_position_ids(ids, **params), dtype=np.int64)}
         out = chatglm.apply_2d(inputs["x"], inputs["position_ids"], inputs["block_position_ids"], **params)
         return {"out": np.asarray(out, dtype=np.float64)}
     cfg = _rope(config)
@@ -863,6 +885,67 @@ def _chatglm_ids() -> np.ndarray:
     )
 
 
+def _chatglm_mixed_ids() -> np.ndarray:
+    """Left-padded rows during decoding: [MASK] and [gMASK] in one row (both orders), ragged padding."""
+    from rope_ref import chatglm
+
+    pad, g, m, bos = 3, chatglm.GMASK_TOKEN_ID, chatglm.MASK_TOKEN_ID, chatglm.BOS_TOKEN_ID
+    return np.array(
+        [
+            [pad, pad, 11, m, 12, g, bos, 30, 31, 32],
+            [pad, pad, pad, pad, 13, g, 14, m, bos, 40],
+            [15, 16, m, 17, 18, 19, bos, 50, 51, 52],
+            [pad, 21, 22, 23, g, bos, 60, 61, 62, 63],
+        ],
+        dtype=np.int64,
+    )
+
+
+def _chatglm_incremental() -> list[Case]:
+    """ChatGLM-6B ids under padding with both mask tokens, and ``next_position_ids`` (decoding)."""
+    from rope_ref import chatglm
+
+    ids = _chatglm_mixed_ids()
+    token_params = {
+        "bos_token_id": chatglm.BOS_TOKEN_ID,
+        "mask_token_id": chatglm.MASK_TOKEN_ID,
+        "gmask_token_id": chatglm.GMASK_TOKEN_ID,
+    }
+    cases = []
+    for two_d in (True, False):
+        dim = "2d" if two_d else "1d"
+        cases.append(
+            _case(
+                f"chatglm_position_ids-mixed_masks_{dim}",
+                "chatglm_position_ids",
+                None,
+                {"input_ids": ids},
+                bug_class="chatglm_position_ids",
+                tolerance="exact",
+                params={**token_params, "position_encoding_2d": two_d},
+                description="left padding, [MASK] and [gMASK] in one row (either order): [gMASK] wins",
+            )
+        )
+        for steps in (0, 3):
+            grown = (
+                ids if steps == 0 else np.concatenate([ids, 70 + np.arange(4 * steps).reshape(4, steps)], 1)
+            )
+            cases.append(
+                _case(
+                    f"chatglm_next_position_ids-mixed_masks_{dim}_step{steps}",
+                    "chatglm_next_position_ids",
+                    None,
+                    {"input_ids": grown},
+                    bug_class="chatglm_incremental",
+                    tolerance="exact",
+                    params={**token_params, "position_encoding_2d": two_d},
+                    description=f"ids of the newest token under KV-cached decoding, {steps} tokens after the "
+                    "prompt's first generated one: [mask_position, seq_len - context_length]",
+                )
+            )
+    return cases
+
+
 def _chatglm() -> list[Case]:
     from rope_ref import chatglm
 
@@ -948,6 +1031,475 @@ def _decay() -> list[Case]:
     return cases
 
 
+# -- the covering of crossed axes (docs/catalogue.md) ---------------------------------------------------
+
+#: Axis values of the crossed covering: scaling type, position regime, layout, partial rotary, operation.
+COVER_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+COVER_REGIMES = ("small", "precision", "large", "negative", "fractional", "per_row")
+COVER_LAYOUTS = ("half", "interleaved")
+COVER_PARTIAL = (False, True)
+COVER_OPS = ("cos_sin", "apply", "apply_vjp")
+_COVER_D, _COVER_RD = 32, 24  # partial rotary: 24 of 32 channels (the 3/4 ratio of Phi-4-mini's 96/128)
+
+#: Positions of each regime: 1-D, except ``per_row`` (batch, seq). Negative positions stay within
+#: +-3000 so that every length rule (max(positions) + 1, or max |position| + 1) stays below the 4096
+#: original context of the length-dependent scalings.
+COVER_POSITIONS: dict[str, list] = {
+    "small": [0, 1, 2, 5, 17, 100],
+    "precision": [255, 256, 257, 2047, 2048, 2049, 4095, 4097],
+    "large": [2**20, 2**20 + 3, 5_000_001, 2**24 - 1, 2**24],
+    "negative": [-1, -2, -255, -257, -2049, -3000, 0, 7],
+    "fractional": [0.5, 1.25, 257.5, 2048.75, 4096.125, 10000.5],
+    "per_row": [[0, 1, 2, 3], [257, 2049, 4097, 9000], [5, 5, 100000, 3]],
+}
+
+
+def covering_rows() -> list[tuple[str, str, str, bool, str]]:
+    """``(scaling, regime, layout, partial, op)`` rows: every scaling x regime pair once (42 rows), with
+
+    layout = (r + s) mod 2, partial = (r // 2 + s) mod 2, op = (r + s) mod 3 for scaling index s and regime
+    index r. Every pair of values of any two axes appears in some row (:func:`pairwise_gaps`); pairs with
+    a layout count only in ``apply``/``apply_vjp`` rows, since a cos/sin table has no layout.
+    """
+    rows = []
+    for s, scaling in enumerate(COVER_SCALINGS):
+        for r, regime in enumerate(COVER_REGIMES):
+            rows.append(
+                (
+                    scaling,
+                    regime,
+                    COVER_LAYOUTS[(r + s) % 2],
+                    COVER_PARTIAL[(r // 2 + s) % 2],
+                    COVER_OPS[(r + s) % 3],
+                )
+            )
+    return rows
+
+
+def pairwise_gaps(rows: Sequence[tuple]) -> list[tuple[str, str, Any, Any]]:
+    """Pairs of axis values no row covers (an empty list for a pairwise covering)."""
+    import itertools
+
+    axes = (COVER_SCALINGS, COVER_REGIMES, COVER_LAYOUTS, COVER_PARTIAL, COVER_OPS)
+    names = ("scaling", "regime", "layout", "partial", "op")
+    gaps = []
+    for i, j in itertools.combinations(range(len(axes)), 2):
+        have = {
+            (row[i], row[j]) for row in rows if not (2 in (i, j) and row[4] == "cos_sin")
+        }  # a cos/sin table has no layout: layout pairs need a rotation op
+        for a in axes[i]:
+            for b in axes[j]:
+                if (names[i], names[j]) == ("layout", "op") and b == "cos_sin":
+                    continue
+                if (a, b) not in have:
+                    gaps.append((names[i], names[j], a, b))
+    return gaps
+
+
+def _longrope_lists(n: int, factor: float = 16.0) -> tuple[list[float], list[float]]:
+    """Short factors near 1 and long factors growing to ``factor`` over ``n`` pairs (Phi-3 shape)."""
+    short = [round(1.0 + 0.02 * i, 6) for i in range(n)]
+    long = [round(factor ** (i / max(n - 1, 1)), 6) for i in range(n)]
+    return short, long
+
+
+def _cover_scaling(name: str, rotary_dim: int) -> tuple[dict | None, float]:
+    """``(HF-style scaling dict, base)`` of one covering scaling type (original context 4096)."""
+    if name == "none":
+        return None, 10000.0
+    if name == "linear":
+        return {"rope_type": "linear", "factor": 4.0}, 10000.0
+    if name == "ntk":
+        return {"rope_type": "ntk", "factor": 4.0}, 10000.0
+    if name == "dynamic":
+        return {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4096}, 10000.0
+    if name == "yarn":
+        return {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096}, 10000.0
+    if name == "llama3":
+        l3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+        return {**l3, "original_max_position_embeddings": 4096}, 500000.0
+    short, long = _longrope_lists(rotary_dim // 2)
+    lr = {"rope_type": "longrope", "factor": 16.0, "original_max_position_embeddings": 4096}
+    return {**lr, "short_factor": short, "long_factor": long}, 10000.0
+
+
+def _crossed() -> list[Case]:
+    cases = []
+    for scaling, regime, layout, partial, op in covering_rows():
+        rd = _COVER_RD if partial else _COVER_D
+        sc, base = _cover_scaling(scaling, rd)
+        cfg = make_config(_COVER_D, layout, rotary_dim=rd, base=base, scaling=sc)
+        pos = np.asarray(COVER_POSITIONS[regime])
+        tag = f"x_{scaling}_{regime}" + ("" if op == "cos_sin" else f"_{layout}")
+        tag += f"_r{rd}" if partial else ""
+        desc = (
+            f"covering row: {scaling} scaling, {regime} positions, {layout} layout, rotary {rd} of {_COVER_D}"
+        )
+        if op == "cos_sin":
+            cases += table_cases(
+                tag, cfg, bug_class="crossed_axes", ops=("cos_sin",), positions=pos, description=desc
+            )
+            continue
+        if regime == "per_row":
+            shape, placed = (pos.shape[0], pos.shape[1], 1, _COVER_D), pos[:, :, None]
+        else:
+            shape, placed = (pos.shape[0], 1, _COVER_D), pos[:, None]
+        cases += activation_cases(tag, op, cfg, shape, placed, bug_class="crossed_axes", description=desc)
+    return cases
+
+
+def _negative() -> list[Case]:
+    """Negative positions: context shift rotates cached keys by -k; RoPE is defined for every real m."""
+    cfg = make_config(64, "half")
+    neg = [-1, -2, -7, -256, -257, -2049, -4097, -100000]
+    cases = activation_cases(
+        "negative_d64",
+        "apply",
+        cfg,
+        (len(neg), 1, 64),
+        np.array(neg)[:, None],
+        bug_class="negative_positions",
+        description="negative positions (context shift): m = -k rotates by -k theta, no wrap or clamp",
+    )
+    cases += table_cases(
+        "negative_d64",
+        cfg,
+        bug_class="negative_positions",
+        ops=("cos_sin",),
+        positions=[-1, -3, -257, -2049, -65536, 0, 5],
+        description="cos(-m theta) = cos(m theta), sin(-m theta) = -sin(m theta)",
+    )
+    cases += activation_cases(
+        "negative_interleaved_d32",
+        "apply_vjp",
+        make_config(32, "interleaved"),
+        (2, 4, 32),
+        np.array([[-5, -4, -3, -2], [-300, 0, 300, -9000]]),
+        bug_class="negative_positions",
+        description="VJP at negative positions, per-row (rotates grad_out by +k theta)",
+    )
+    return cases
+
+
+def _explicit_seq_len() -> list[Case]:
+    """seq_len passed explicitly, different from max(positions) + 1, for length-dependent scalings."""
+    dyn = make_config(
+        64, "half", scaling={"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 2048}
+    )
+    short, long = _longrope_lists(16, 32.0)
+    lr = make_config(
+        32,
+        "half",
+        scaling={
+            "rope_type": "longrope",
+            "factor": 32.0,
+            "original_max_position_embeddings": 4096,
+            "short_factor": short,
+            "long_factor": long,
+        },
+    )
+    bug, cases = "explicit_seq_len", []
+    cases += activation_cases(
+        "seq_len_dynamic_d64",
+        "apply",
+        dyn,
+        (4, 2, 64),
+        np.array([0, 17, 100, 1000])[:, None],
+        seq_len=16384,
+        bug_class=bug,
+        description="dynamic NTK at seq_len 16384 given explicitly (positions only up to 1000)",
+    )
+    cases += activation_cases(
+        "seq_len_longrope_d32",
+        "apply_vjp",
+        lr,
+        (3, 2, 32),
+        np.array([1, 50, 3000])[:, None],
+        seq_len=8192,
+        bug_class=bug,
+        description="LongRoPE: explicit seq_len 8192 > 4096 selects the long factors and the attention "
+        "factor, though every position is below 4096",
+    )
+    cases += table_cases(
+        "seq_len_longrope_d32",
+        lr,
+        bug_class=bug,
+        ops=("cos_sin",),
+        positions=[0, 5, 4000],
+        seq_lens=(16384,),
+        description="cos/sin with explicit seq_len 16384: long factors, attention factor != 1",
+    )
+    cases += activation_cases(
+        "seq_len_short_longrope_d32",
+        "apply",
+        lr,
+        (2, 2, 32),
+        np.array([10, 9000])[:, None],
+        seq_len=4096,
+        bug_class=bug,
+        description="explicit seq_len 4096 (a short cache) with a position beyond it: short factors",
+    )
+    return cases
+
+
+def _scaling_parameters() -> list[Case]:
+    """Scaling parameters at their non-default values, each as the released model ships them."""
+    variants = (
+        (
+            "yarn_kimi_k2_d64",
+            64,
+            50000.0,
+            {
+                "factor": 32.0,
+                "original_max_position_embeddings": 4096,
+                "beta_fast": 1.0,
+                "beta_slow": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+            },
+            "Kimi-K2: beta_fast == beta_slow == 1 (zero-width ramp, HF nudges high by 0.001)",
+        ),
+        (
+            "yarn_beta16_2_d64",
+            64,
+            10000.0,
+            {"factor": 16.0, "original_max_position_embeddings": 4096, "beta_fast": 16.0, "beta_slow": 2.0},
+            "YaRN beta_fast 16, beta_slow 2",
+        ),
+        (
+            "yarn_beta16_2_notrunc_d64",
+            64,
+            10000.0,
+            {
+                "factor": 16.0,
+                "original_max_position_embeddings": 4096,
+                "beta_fast": 16.0,
+                "beta_slow": 2.0,
+                "truncate": False,
+            },
+            "YaRN beta 16/2 with truncate=False",
+        ),
+        (
+            "yarn_gptoss_trunc_d64",
+            64,
+            150000.0,
+            {"factor": 32.0, "original_max_position_embeddings": 4096, "truncate": True},
+            "gpt-oss settings with truncate=True (the other way round)",
+        ),
+        (
+            "yarn_mscale1_all0707_d64",
+            64,
+            10000.0,
+            {
+                "factor": 40.0,
+                "original_max_position_embeddings": 4096,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.707,
+            },
+            "mscale 1, mscale_all_dim 0.707: ratio of two mscales",
+        ),
+        (
+            "yarn_af08_d64",
+            64,
+            10000.0,
+            {"factor": 8.0, "original_max_position_embeddings": 4096, "attention_factor": 0.8},
+            "explicit attention_factor below 1",
+        ),
+    )
+    cases = []
+    for name, d, base, params, desc in variants:
+        cfg = make_config(d, "half", base=base, scaling={"rope_type": "yarn", **params})
+        cases += table_cases(
+            name, cfg, bug_class="scaling_parameters", ops=("inv_freq", "attention_factor"), description=desc
+        )
+        cases += table_cases(
+            name,
+            cfg,
+            bug_class="scaling_parameters",
+            ops=("cos_sin",),
+            positions=[0, 3, 100, 5000, 60000],
+            description=desc + "; cos/sin carry the attention factor",
+        )
+        cases += activation_cases(
+            name,
+            "apply",
+            cfg,
+            (3, 2, d),
+            np.array([7, 4097, 50000])[:, None],
+            bug_class="scaling_parameters",
+            description=desc,
+        )
+    return cases
+
+
+def _scaling_partial() -> list[Case]:
+    """Scalings with rotary_dim < head_dim: every scaled table is over rotary_dim, not head_dim."""
+    short, long = _longrope_lists(48, 32.0)
+    phi4 = {
+        "rope_type": "longrope",
+        "factor": 32.0,
+        "original_max_position_embeddings": 4096,
+        "short_factor": short,
+        "long_factor": long,
+    }
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    l3 = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    variants = (
+        ("longrope_phi4mini_d128_r96", 128, 96, "half", 10000.0, phi4, [5, 4095, 4096, 30000]),
+        ("yarn_d128_r64_interleaved", 128, 64, "interleaved", 10000.0, yarn, [3, 2049, 16000]),
+        ("llama3_d128_r96", 128, 96, "half", 500000.0, l3, [100, 9000, 131071]),
+    )
+    cases = []
+    for name, d, rd, layout, base, sc, pos in variants:
+        cfg = make_config(d, layout, rotary_dim=rd, base=base, scaling=sc)
+        desc = f"{sc['rope_type']} scaling with rotary_dim {rd} of head_dim {d} ({layout})"
+        cases += table_cases(
+            name,
+            cfg,
+            bug_class="scaling_partial_rotary",
+            ops=("inv_freq",),
+            seq_lens=(None, 8192),
+            description=desc,
+        )
+        cases += activation_cases(
+            name,
+            "apply",
+            cfg,
+            (len(pos), 1, d),
+            np.array(pos)[:, None],
+            bug_class="scaling_partial_rotary",
+            description=desc,
+        )
+    return cases
+
+
+def _state_orders() -> list[Case]:
+    """Orders that break stateful caches; each case requires (runs after) the one named before it."""
+    bug = "table_cache_state"
+    cases = []
+    # Gemma 3 local/global: same head_dim, base 1e6 (global, long) then 1e4 (local) at shorter positions.
+    cases += activation_cases(
+        "gemma3_global_base1e6_d64",
+        "apply",
+        make_config(64, "half", base=1e6),
+        (3, 2, 64),
+        np.array([100, 5000, 30000])[:, None],
+        bug_class=bug,
+        description="Gemma 3 global layer: base 1e6 (runs first)",
+    )
+    cases += activation_cases(
+        "gemma3_local_base1e4_d64",
+        "apply",
+        make_config(64, "half", base=1e4),
+        (3, 2, 64),
+        np.array([1, 100, 1000])[:, None],
+        bug_class=bug,
+        requires_name="gemma3_global_base1e6_d64",
+        description="Gemma 3 local layer right after a global one: same head_dim, base 1e4; a table cache "
+        "keyed without the base serves the 1e6 table",
+    )
+    # LongRoPE: long, then short on the same backend.
+    short, long = _longrope_lists(16, 32.0)
+    lr = make_config(
+        32,
+        "half",
+        scaling={
+            "rope_type": "longrope",
+            "factor": 32.0,
+            "original_max_position_embeddings": 4096,
+            "short_factor": short,
+            "long_factor": long,
+        },
+    )
+    cases += activation_cases(
+        "state_longrope_long_d32",
+        "apply",
+        lr,
+        (3, 2, 32),
+        np.array([0, 100, 9000])[:, None],
+        bug_class=bug,
+        description="LongRoPE long call (seq_len 9001, long factors; runs first)",
+    )
+    cases += activation_cases(
+        "state_longrope_short_d32",
+        "apply",
+        lr,
+        (3, 2, 32),
+        np.array([0, 100, 2000])[:, None],
+        bug_class=bug,
+        requires_name="state_longrope_long_d32",
+        description="LongRoPE short call right after a long one: short factors again, attention factor "
+        "still that of the long context (HF keeps it; it depends on factor only)",
+    )
+    # Dynamic NTK: long, then between the original and the grown length, then one below the original.
+    dyn = make_config(
+        64, "half", scaling={"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 2048}
+    )
+    orders = (
+        ("state_dynamic_long_d64", [0, 1000, 16383], None, "dynamic NTK long call, seq_len 16384 (first)"),
+        (
+            "state_dynamic_between_d64",
+            [0, 100, 2999],
+            "state_dynamic_long_d64",
+            "then seq_len 3000: between the original 2048 and the grown 16384 (base for 3000, not 16384)",
+        ),
+        (
+            "state_dynamic_at_l0_d64",
+            [0, 7, 2047],
+            "state_dynamic_between_d64",
+            "then seq_len exactly 2048 = original: the unscaled base (HF's reset test must be <=, not <)",
+        ),
+        (
+            "state_dynamic_below_l0_d64",
+            [0, 7, 2046],
+            "state_dynamic_at_l0_d64",
+            "then seq_len 2047, one below the original: the unscaled base",
+        ),
+    )
+    for name, pos, req, desc in orders:
+        cases += activation_cases(
+            name,
+            "apply",
+            dyn,
+            (len(pos), 2, 64),
+            np.array(pos)[:, None],
+            bug_class=bug,
+            requires_name=req,
+            description=desc,
+        )
+    return cases
+
+
+def _tails() -> list[Case]:
+    """Shapes that hit the last partial tile of a kernel: odd head counts and row counts."""
+    shapes = (
+        ("heads28_d32", (1, 3, 28, 32), "half", "28 heads (Qwen2-7B), 84 rows"),
+        ("heads40_d16", (1, 3, 40, 16), "interleaved", "40 heads (Llama-2-13B), 120 rows"),
+        ("heads52_d32", (1, 1, 52, 32), "half", "52 heads (Falcon-40B-like), 52 rows"),
+        ("heads71_d8", (1, 5, 71, 8), "half", "71 heads (Falcon-7B), 355 rows: several hundred rows"),
+    )
+    cases = []
+    for name, shape, layout, desc in shapes:
+        b, s = shape[0], shape[1]
+        pos = (np.arange(s) * 257 + 3)[None, :, None] + np.arange(b)[:, None, None] * 13
+        cases += activation_cases(
+            f"tail_{name}",
+            "apply",
+            make_config(shape[-1], layout),
+            shape,
+            pos,
+            bug_class="kernel_tails",
+            description=f"x (B,S,H,D)={shape}: {desc}; every row and head rotated",
+        )
+    return cases
+
+
 def _optional(builder: Callable[[], list[Case]], module: str) -> list[Case]:
     """Cases of an op whose oracle module may not exist yet in this checkout (added as they land)."""
     import importlib.util
@@ -961,6 +1513,8 @@ def build_catalogue() -> list[Case]:
     """Every shipped case, in manifest order (the dynamic-NTK long case precedes its short partner)."""
     cases = _tables() + _rotation() + _scaling() + _gradient()
     cases += _optional(_chatglm, "rope_ref.chatglm") + _optional(_decay, "rope_ref.decay")
+    cases += _crossed() + _negative() + _explicit_seq_len() + _scaling_parameters() + _scaling_partial()
+    cases += _state_orders() + _tails() + _optional(_chatglm_incremental, "rope_ref.chatglm")
     _check_finite(cases)
     ids = [c.id for c in cases]
     if len(set(ids)) != len(ids):
@@ -995,6 +1549,26 @@ def config_dict(cfg: Any) -> dict[str, Any]:
     )
 
 
+def revealing_positions(cfg: Any, count: int) -> np.ndarray:
+    """``count`` sorted positions that expose precision and switching bugs, most revealing first.
+
+    0 (exact), 257 (first integer bf16 cannot hold), 2049 (fp16), 4097, the model's original context L0
+    (``original_max_position`` of its scaling, else 8192) at L0 - 1, L0, L0 + 1 (length switches), 1,
+    and the other neighbours of 256/2048/4096. Beyond those, consecutive positions after 2 L0 + 1.
+    """
+    l0 = int(getattr(getattr(cfg, "scaling", None), "original_max_position", None) or 8192)
+    ranked = [0, 257, 2049, 4097, l0 - 1, l0, l0 + 1, 1, 256, 2048, 4096, 255, 2047, 4095, 2 * l0 + 1]
+    chosen: list[int] = []
+    for p in ranked:
+        if p >= 0 and p not in chosen:
+            chosen.append(p)
+    extra = 2 * l0 + 2
+    while len(chosen) < count:
+        chosen.append(extra)
+        extra += 1
+    return np.array(sorted(chosen[:count]), dtype=np.int64)
+
+
 def custom_cases(
     cfg: Any,
     *,
@@ -1006,8 +1580,10 @@ def custom_cases(
 ) -> list[Case]:
     """Cases for one RopeConfig: tables at ``positions`` and apply/apply_vjp on x of ``shape`` (B, S, H, D).
 
-    ``shape`` defaults to ``(1, 8, 2, head_dim)``; ``positions`` (length S) default to ``0..S-1`` and are
-    stored as ``(S, 1)`` so that they broadcast against ``x.shape[:-1] = (B, S, H)``.
+    ``shape`` defaults to ``(1, 8, 2, head_dim)``; ``positions`` (length S) default to precision-revealing
+    ones (:func:`revealing_positions`: 257, 2049, 4097 and around the model's original context) and are
+    stored as ``(S, 1)`` so that they broadcast against ``x.shape[:-1] = (B, S, H)``. Case ids are
+    ``{op}-{name}[-{dtype}]``: pass the model's name so that sets for different models can be merged.
     """
     config = config_dict(cfg)
     if shape is None:
@@ -1017,7 +1593,7 @@ def custom_cases(
         raise ValueError(f"shape must be four positive integers B,S,H,D, got {shape}")
     if shape[3] != config["head_dim"]:
         raise ValueError(f"shape's D ({shape[3]}) must equal the config's head_dim ({config['head_dim']})")
-    pos = np.arange(shape[1]) if positions is None else np.asarray(positions)
+    pos = revealing_positions(cfg, shape[1]) if positions is None else np.asarray(positions)
     if pos.ndim != 1 or pos.shape[0] != shape[1]:
         raise ValueError(
             f"positions must list S={shape[1]} values (one per sequence index), got shape {pos.shape}"

@@ -28,8 +28,7 @@ def quickstart() -> list[str]:
 
 
 def _needs_axes() -> None:
-    if "axes" not in inspect.signature(rope_ref.apply).parameters:
-        pytest.skip("rope_ref.apply has no axes= argument yet (the Quickstart is written against it)")
+    assert "axes" in inspect.signature(rope_ref.apply).parameters  # the Quickstart is written against it
 
 
 def test_quickstart_runs_as_pasted():
@@ -97,3 +96,31 @@ def test_every_doc_reference_exists():
     for doc in [README, *sorted((root / "docs").glob("*.md"))]:
         for ref in re.findall(r"`(docs/[\w./-]+\.md|LICENSE)`", doc.read_text()):
             assert (root / ref).exists(), f"{doc.name} points at missing {ref}"
+
+
+def test_the_two_commands_run_as_written():
+    """The README's main job and test command: the extras it installs exist, and the job it runs passes.
+
+    (The install itself is what ``.ci/run`` does in a fresh virtual environment.)
+    """
+    import shlex
+    import subprocess
+    import sys
+
+    import tomllib
+
+    root = README.parent
+    bash = blocks("bash")
+    main_job = next(b.strip() for b in bash if b.strip().startswith("pip install -e"))
+    install, run = (part.strip() for part in main_job.split("&&"))
+    extras = re.search(r'"\.\[([^]]+)\]"', install).group(1).split(",")
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras) <= set(declared), extras
+    assert any(b.strip() == "pytest" for b in bash)
+    argv = shlex.split(run)
+    assert argv[:3] == ["rope-ref", "conformance", "run"]
+    if "torch" in argv:
+        pytest.importorskip("torch")
+    code = "import sys; from rope_ref.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, *argv[1:]], capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

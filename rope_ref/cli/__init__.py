@@ -71,12 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     A broken pipe (``rope-ref table ... | head``) exits quietly with status 141; Ctrl-C prints one line and
     exits with status 130.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
+    name = "rope-ref"
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        name = f"rope-ref {args.command}"
         status = int(args._run(args) or 0)
         sys.stdout.flush()  # a broken pipe shows here, not in the interpreter's final flush
         return status
@@ -84,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
-        print(f"rope-ref {args.command}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (ValueError, TypeError, OSError, OverflowError) as exc:
-        print(f"rope-ref {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{name}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
 
 

@@ -1,0 +1,176 @@
+"""ONNX's ``RotaryEmbedding`` as a peer: ``onnxruntime``, ``onnxruntime:contrib``, ``onnx-reference``.
+
+What is called:
+
+* ``onnxruntime``: a one-node model with the opset-23 ``RotaryEmbedding`` op (``onnx/defs/nn/defs.cc``),
+  run by ``onnxruntime.InferenceSession`` on the CPU execution provider;
+* ``onnxruntime:contrib``: the same through ``com.microsoft.RotaryEmbedding``
+  (``onnxruntime/core/graph/contrib_ops/bert_defs.cc``; CPU kernel
+  ``onnxruntime/contrib_ops/cpu/bert/rotary_embedding.cc``), inputs ordered
+  ``(input, position_ids, cos_cache, sin_cache)``;
+* ``onnx-reference``: the opset-23 model run by ``onnx.reference.ReferenceEvaluator``
+  (``onnx/reference/ops/op_rotary_embedding.py``).
+
+ONNX has no frequency operation: the cos/sin caches are *inputs*. The adapter fills them from the
+oracle (``rope_ref.cos_sin`` in float64, rounded to the op's dtype T), one row per distinct position,
+with ``position_ids`` indexing those rows. Passes of ``apply`` therefore check the op's gather, layout,
+partial rotary and arithmetic, never its tables: they are marked "tables from the oracle".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rope_ref.conformance.protocol import PrecisionPolicy
+
+from ._glue import OPS, Peer, Unsupported, tokens
+
+__all__ = ["OnnxPeer", "make_backend", "available", "describe"]
+
+_DIST = {"onnxruntime": "onnxruntime", "onnxruntime:contrib": "onnxruntime", "onnx-reference": "onnx"}
+_NO_TABLES = "ONNX has no frequency operation: inv_freq, attention factor and cos/sin are the caller's inputs"
+
+
+def available(flavour: str = "onnxruntime", **_: Any) -> tuple[bool, str]:
+    try:
+        import onnx  # noqa: F401
+
+        if flavour != "onnx-reference":
+            import onnxruntime  # noqa: F401
+    except ImportError as exc:
+        return False, f"{_DIST[flavour]} is not installed ({exc.name})"
+    return True, ""
+
+
+def _np_dtype(io: str):
+    if io == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(io)
+
+
+class OnnxPeer(Peer):
+    """One-node ONNX models of the rotary op; tables from the oracle."""
+
+    oracle_table_ops = frozenset({"apply"})
+    cannot = {
+        "inv_freq": _NO_TABLES,
+        "attention_factor": _NO_TABLES,
+        "cos_sin": _NO_TABLES,
+        "apply_vjp": "ONNX RotaryEmbedding is an inference op (no gradient)",
+    }
+
+    def __init__(self, flavour: str = "onnxruntime", precision: str | None = None) -> None:
+        self.flavour = flavour
+        self.peer = flavour
+        self.distribution = _DIST[flavour]
+        self.precisions = ("fp32", "fp16") if flavour != "onnx-reference" else ("fp32", "fp16", "bf16")
+        self.notes = (
+            "cos/sin caches from the oracle (float64, rounded to T); positions index the cache rows",
+            "opset 23 RotaryEmbedding" if flavour != "onnxruntime:contrib" else "com.microsoft.RotaryEmbedding",
+        )
+        self._sessions: dict[tuple, Any] = {}
+        super().__init__(precision)
+
+    def policies(self, io: str) -> dict[str, PrecisionPolicy]:
+        return dict.fromkeys(OPS, PrecisionPolicy(io, "float64", io))
+
+    def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> Any:
+        a = np.array(array, copy=True)
+        return a.astype(_np_dtype(dtype)) if dtype is not None else a
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        a = np.asarray(array)
+        return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+
+    # -- the model ----------------------------------------------------------------------------------------
+    def _model(self, d: int, rotary_dim: int, interleaved: bool):
+        import onnx
+        from onnx import TensorProto, helper
+
+        elem = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
+        t = elem[self.io]
+        rd = 0 if rotary_dim == d else rotary_dim
+        half = rotary_dim // 2
+        if self.flavour == "onnxruntime:contrib":
+            x = helper.make_tensor_value_info("X", t, [1, "N", d])  # (batch, seq, hidden), num_heads=1
+            node = helper.make_node(
+                "RotaryEmbedding",
+                ["X", "pos", "cos", "sin"],
+                ["Y"],
+                domain="com.microsoft",
+                interleaved=int(interleaved),
+                rotary_embedding_dim=rd,
+                num_heads=1,
+            )
+            y = helper.make_tensor_value_info("Y", t, [1, "N", d])
+            opsets = [helper.make_opsetid("", 23), helper.make_opsetid("com.microsoft", 1)]
+        else:
+            x = helper.make_tensor_value_info("X", t, [1, 1, "N", d])  # (batch, heads, seq, head)
+            node = helper.make_node(
+                "RotaryEmbedding",
+                ["X", "cos", "sin", "pos"],
+                ["Y"],
+                interleaved=int(interleaved),
+                rotary_embedding_dim=rd,
+            )
+            y = helper.make_tensor_value_info("Y", t, [1, 1, "N", d])
+            opsets = [helper.make_opsetid("", 23)]
+        inputs = [
+            x,
+            helper.make_tensor_value_info("cos", t, ["U", half]),
+            helper.make_tensor_value_info("sin", t, ["U", half]),
+            helper.make_tensor_value_info("pos", TensorProto.INT64, [1, "N"]),
+        ]
+        graph = helper.make_graph([node], "rope", inputs, [y])
+        model = helper.make_model(graph, opset_imports=opsets)
+        model.ir_version = 10
+        onnx.checker.check_model(model) if self.flavour != "onnxruntime:contrib" else None
+        return model
+
+    def _run(self, key: tuple, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        if key not in self._sessions:
+            model = self._model(*key)
+            if self.flavour == "onnx-reference":
+                from onnx.reference import ReferenceEvaluator
+
+                self._sessions[key] = ReferenceEvaluator(model)
+            else:
+                import onnxruntime as ort
+
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads = 1
+                self._sessions[key] = ort.InferenceSession(
+                    model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+                )
+        return self._sessions[key].run(None, feeds)[0]
+
+    def _apply(self, x, positions, cfg, seq_len):
+        import rope_ref
+
+        lead, pos = tokens(x.shape, np.asarray(positions))
+        d, rd = cfg.head_dim, cfg.rotary_dim
+        uniq, index = np.unique(pos, return_inverse=True)
+        cos, sin = rope_ref.cos_sin(uniq.astype(np.float64), cfg, seq_len=seq_len)
+        t = _np_dtype(self.io)
+        if uniq.size and self.flavour != "onnx-reference" and np.any(pos < 0):
+            raise Unsupported("negative positions cannot index a cache")
+        feeds = {
+            "X": x.reshape((1, -1, d) if self.flavour == "onnxruntime:contrib" else (1, 1, -1, d)),
+            "cos": np.ascontiguousarray(cos.astype(t)),
+            "sin": np.ascontiguousarray(sin.astype(t)),
+            "pos": index.astype(np.int64).reshape(1, -1),
+        }
+        out = self._run((d, rd, cfg.layout == "interleaved"), feeds)
+        return np.asarray(out).reshape(*lead, d)
+
+
+def describe(flavour: str = "onnxruntime", **_: Any) -> dict[str, Any]:
+    return {"distribution": _DIST[flavour], "oracle_tables": True}
+
+
+def make_backend(precision: str | None = None, flavour: str = "onnxruntime") -> OnnxPeer:
+    return OnnxPeer(flavour, precision)
