@@ -156,6 +156,9 @@ class OnnxPeer(Peer):
         uniq, index = np.unique(pos, return_inverse=True)
         cos, sin = rope_ref.cos_sin(uniq.astype(np.float64), cfg, seq_len=seq_len)
         t = _np_dtype(self.io)
+        if cos.shape[0] < pos.size:  # ORT wants at least seq_len cache rows; the padding is never indexed
+            pad = np.ones((pos.size - cos.shape[0], cos.shape[1]))
+            cos, sin = np.concatenate([cos, pad]), np.concatenate([sin, 0 * pad])
         if uniq.size and self.flavour != "onnx-reference" and np.any(pos < 0):
             raise Unsupported("negative positions cannot index a cache")
         feeds = {

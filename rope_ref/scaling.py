@@ -355,8 +355,8 @@ class YaRN(Scaling):
             parts.append("truncate=False")
         return f"YaRN({', '.join(parts)})"
 
-    def _exact_range(self, base: float, rotary_dim: int) -> tuple[Any, Any]:
-        """The exact ``(low, high)`` after truncation, clamping and the zero-width guard, in HF's order."""
+    def _clamped_range(self, base: float, rotary_dim: int) -> tuple[Any, Any]:
+        """The exact ``(low, high)`` after truncation and clamping, in HF's order (no zero-width guard)."""
         mp = _mp.ctx()
         l0 = self.original_max_position
 
@@ -366,9 +366,13 @@ class YaRN(Scaling):
         low, high = corr(self.beta_fast), corr(self.beta_slow)
         if self.truncate:
             low, high = mp.floor(low), mp.ceil(high)
-        low, high = max(low, mp.mpf(0)), min(high, mp.mpf(rotary_dim - 1))
+        return max(low, mp.mpf(0)), min(high, mp.mpf(rotary_dim - 1))
+
+    def _exact_range(self, base: float, rotary_dim: int) -> tuple[Any, Any]:
+        """:meth:`_clamped_range` with HF's guard: ``high += 0.001`` (the float64 0.001) when equal."""
+        low, high = self._clamped_range(base, rotary_dim)
         if low == high:
-            high = high + _mp.exact(0.001)  # HF's guard against a zero-width ramp (the float64 0.001)
+            high = high + _mp.exact(0.001)
         return low, high
 
     def correction_range(self, base: float, rotary_dim: int) -> tuple[float, float]:
@@ -377,16 +381,7 @@ class YaRN(Scaling):
         Rounded to float64 for display; the table uses the exact values. floor/ceil act on the exact
         ``corr(beta)``. The zero-width guard (``high += 0.001`` when ``low == high``) is not included.
         """
-        mp = _mp.ctx()
-        l0 = self.original_max_position
-
-        def corr(rotations: float) -> Any:
-            return rotary_dim * mp.log(l0 / (_mp.exact(rotations) * 2 * mp.pi)) / (2 * _ln(base))
-
-        low, high = corr(self.beta_fast), corr(self.beta_slow)
-        if self.truncate:
-            low, high = mp.floor(low), mp.ceil(high)
-        low, high = max(low, mp.mpf(0)), min(high, mp.mpf(rotary_dim - 1))
+        low, high = self._clamped_range(float(base), rotary_dim)
         return _mp.to_float(low), _mp.to_float(high)
 
     def ramp(self, base: float, rotary_dim: int) -> np.ndarray:

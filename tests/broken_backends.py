@@ -145,6 +145,11 @@ class Float32Backend(Backend):
 
         return chatglm.position_ids(input_ids, **params)
 
+    def chatglm_next_position_ids(self, input_ids, **params):
+        from rope_ref import chatglm
+
+        return chatglm.next_position_ids(input_ids, **params)
+
     def _chatglm_ids(self, position_ids, block_position_ids):
         return position_ids, block_position_ids
 
@@ -382,3 +387,124 @@ BROKEN = (
     BatchRow0Positions,
     OnlyHead0,
 )
+
+
+# -- broken backends for the families of issue 15 (one per family; ``targets`` as above) -----------------
+
+
+class InterleavedPathUnscaled(Float32Backend):
+    """The interleaved (GPT-J) kernel path builds its own default tables: the scaling is lost there only."""
+
+    targets = ("crossed_axes",)
+
+    def _table(self, positions, cfg, seq_len, sign: float = 1.0):
+        if cfg.layout == "interleaved" and cfg.scaling is not None:
+            from rope_ref import RopeConfig
+
+            cfg = RopeConfig(cfg.head_dim, layout=cfg.layout, rotary_dim=cfg.rotary_dim, base=cfg.base)
+        return super()._table(positions, cfg, seq_len, sign)
+
+
+class NegativePositionsWrap(Float32Backend):
+    """Positions index a cos/sin cache of 8192 rows: -k reads row 8192 - k (Python negative indexing)."""
+
+    targets = ("negative_positions",)
+
+    def _positions(self, positions):
+        pos = np.asarray(positions)
+        return super()._positions(np.where(pos < 0, pos + 8192, pos))
+
+
+class SeqLenIgnored(Float32Backend):
+    """An explicit seq_len is dropped: length-dependent scalings always see max(positions) + 1."""
+
+    targets = ("explicit_seq_len",)
+
+    def _table(self, positions, cfg, seq_len, sign: float = 1.0):
+        return super()._table(positions, cfg, None, sign)
+
+
+class YarnBetasDefault(Float32Backend):
+    """YaRN's beta_fast/beta_slow read from the wrong config keys, so the defaults 32 and 1 always apply."""
+
+    targets = ("scaling_parameters",)
+
+    def _inv_freq(self, cfg, seq_len):
+        if self._rope_type(cfg) != "yarn":
+            return super()._inv_freq(cfg, seq_len)
+        from rope_ref.scaling import scaling_from_hf
+
+        hf = {k: v for k, v in cfg.scaling.to_hf().items() if k not in ("beta_fast", "beta_slow")}
+        return np.asarray(scaling_from_hf(hf).inv_freq(cfg.base, cfg.rotary_dim, seq_len), dtype=F32)
+
+
+class ScaledExponentOverHeadDim(Float32Backend):
+    """With rotary_dim < head_dim, the scaled table's exponent runs over head_dim (Phi-4-mini ports): the
+    scaling's per-pair ratio is applied to base^(-2i/head_dim) instead of base^(-2i/rotary_dim)."""
+
+    targets = ("scaling_partial_rotary",)
+
+    def _inv_freq(self, cfg, seq_len):
+        scaled = super()._inv_freq(cfg, seq_len)
+        if cfg.scaling is None or cfg.rotary_dim == cfg.head_dim:
+            return scaled
+        ratio = scaled / self._default_inv_freq(cfg.base, cfg.rotary_dim)
+        return self._default_inv_freq(cfg.base, cfg.head_dim)[: cfg.rotary_dim // 2] * ratio
+
+
+class CacheKeyedWithoutBase(Float32Backend):
+    """Tables cached by (rotary_dim, scaling, seq_len), not by base: Gemma 3's local layer (base 1e4) gets
+    the global layer's base-1e6 table when both have the same head_dim."""
+
+    targets = ("table_cache_state",)
+
+    def __init__(self, io_dtype: str = "float32") -> None:
+        super().__init__(io_dtype)
+        self._cache: dict = {}
+
+    def _inv_freq(self, cfg, seq_len):
+        key = (cfg.rotary_dim, None if cfg.scaling is None else repr(cfg.scaling.to_hf()), seq_len)
+        if key not in self._cache:
+            self._cache[key] = super()._inv_freq(cfg, seq_len)
+        return self._cache[key]
+
+
+class RowTileTailDropped(Float32Backend):
+    """Rows (every leading axis, heads included) go in tiles of 64; once there is more than one tile the
+    last partial tile is never launched (grid = rows // 64), so its rows come back unrotated."""
+
+    targets = ("kernel_tails",)
+
+    def _rotated_heads(self, out, x):
+        rows = int(np.prod(out.shape[:-1]))
+        if rows <= 64 or rows % 64 == 0:
+            return out
+        flat, keep = out.reshape(rows, -1).copy(), x.reshape(rows, -1)
+        flat[rows - rows % 64 :] = keep[rows - rows % 64 :]
+        return flat.reshape(out.shape)
+
+
+class NextBlockIdStale(Float32Backend):
+    """ChatGLM-6B decoding: the block id of the new token counted before it was appended (seq_len - 1)."""
+
+    targets = ("chatglm_incremental",)
+
+    def chatglm_next_position_ids(self, input_ids, **params):
+        out = np.array(super().chatglm_next_position_ids(input_ids, **params), copy=True)
+        if out.ndim == 3:
+            out[:, 1] -= 1
+        return out
+
+
+#: The broken backends of the issue-15 families (each fails its own family).
+BROKEN_ISSUE15 = (
+    InterleavedPathUnscaled,
+    NegativePositionsWrap,
+    SeqLenIgnored,
+    YarnBetasDefault,
+    ScaledExponentOverHeadDim,
+    CacheKeyedWithoutBase,
+    RowTileTailDropped,
+    NextBlockIdStale,
+)
+BROKEN = BROKEN + BROKEN_ISSUE15

@@ -1,0 +1,145 @@
+"""lucidrains' ``rotary-embedding-torch`` as a peer (``rotary_embedding_torch/rotary_embedding_torch.py``).
+
+What is called: ``RotaryEmbedding(dim=rotary_dim, theta=base, interpolate_factor=..., theta_rescale_factor=...)``
+and, as a user does for a sequence, ``RotaryEmbedding.rotate_queries_or_keys(t, offset=...)``, which builds
+its positions itself (``get_seq_pos``: ``arange(seq_len, dtype=t.dtype) + offset``). Integer positions go
+through a prefill emulation (the tokens scattered into a zero sequence of length ``max(position) + 1``)
+or, past 2^23 elements, one decode call per position with ``offset=position``; fractional positions go
+through ``RotaryEmbedding.forward(positions)`` and ``apply_rotary_emb`` (the documented route for
+arbitrary positions). One module per config lives across cases, so its ``cached_freqs`` behaves as in a
+model. cos/sin are read with unit-vector probes (there is no accessor); ``inv_freq`` is the module's
+``freqs`` parameter.
+
+The library pairs channels ``(2i, 2i+1)`` only; half-layout cases are run through HF's
+``convert_llama_weights_to_hf.permute`` channel order (``_glue.layout_permutation``). Scalings it has:
+linear (``interpolate_factor``, positions divided by the factor) and static NTK (``theta_rescale_factor``).
+
+Precision: positions in the activation dtype (``get_seq_pos``), angles and cos/sin in float32
+(``freqs`` is float32), the rotation in float32 (``t * freqs.cos()`` promotes), one rounding to the
+activation dtype at the end (``out.type(dtype)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rope_ref.conformance.protocol import PrecisionPolicy
+
+from ._glue import (
+    OPS,
+    Peer,
+    Unsupported,
+    config_key,
+    layout_permutation,
+    prefill_plan,
+    probe_cos_sin,
+    tokens,
+)
+
+__all__ = ["RotaryEmbeddingTorchPeer", "make_backend", "available"]
+
+
+def available(**_: Any) -> tuple[bool, str]:
+    try:
+        import rotary_embedding_torch  # noqa: F401
+    except ImportError as exc:
+        return False, f"rotary-embedding-torch is not installed ({exc.name})"
+    return True, ""
+
+
+class RotaryEmbeddingTorchPeer(Peer):
+    peer = "rotary-embedding-torch"
+    distribution = "rotary-embedding-torch"
+    precisions = ("fp64", "fp32", "fp16", "bf16")
+    cannot = {"attention_factor": "rotary-embedding-torch has no attention factor (scale is xPos only)"}
+    notes = (
+        "interleaved natively; half layout through HF's permute channel order",
+        "integer positions: prefill emulation via rotate_queries_or_keys; fractional: forward() + apply_rotary_emb",
+        "cos/sin read with unit-vector probes",
+    )
+
+    def __init__(self, precision: str | None = None) -> None:
+        self._modules: dict[str, Any] = {}
+        super().__init__(precision)
+
+    def policies(self, io: str) -> dict[str, PrecisionPolicy]:
+        return dict.fromkeys(OPS, PrecisionPolicy(io, "float32", "float32"))
+
+    def _module(self, cfg):
+        from rotary_embedding_torch import RotaryEmbedding
+
+        key = config_key(cfg)
+        if key not in self._modules:
+            kw: dict[str, Any] = {}
+            s = cfg.scaling.to_hf() if cfg.scaling is not None else {"rope_type": "default"}
+            if s["rope_type"] == "linear":
+                kw["interpolate_factor"] = float(s["factor"])
+            elif s["rope_type"] == "ntk":
+                kw["theta_rescale_factor"] = float(s["factor"])
+            elif s["rope_type"] != "default":
+                raise Unsupported(f"rotary-embedding-torch has no {s['rope_type']!r} scaling")
+            self._modules[key] = RotaryEmbedding(dim=cfg.rotary_dim, theta=float(cfg.base), **kw)
+        return self._modules[key]
+
+    def _inv_freq(self, cfg, seq_len):
+        if cfg.scaling is not None and cfg.scaling.to_hf()["rope_type"] == "linear":
+            raise Unsupported("linear scaling here divides positions (interpolate_factor); freqs are unscaled")
+        return self._module(cfg).freqs.detach()
+
+    def _rotate(self, x, pos: np.ndarray, cfg):
+        """Rotate flat tokens ``x`` (N, head_dim) at flat positions ``pos`` the way a user would."""
+        import torch
+        from rotary_embedding_torch import apply_rotary_emb
+
+        rope = self._module(cfg)
+        n, d = x.shape
+        if pos.dtype.kind == "f" and np.any(pos != np.round(pos)):
+            freqs = rope.forward(torch.from_numpy(pos.astype(np.float32)))
+            return apply_rotary_emb(freqs, x)
+        if pos.size and pos.min() < 0:
+            raise Unsupported("rotate_queries_or_keys takes non-negative offsets")
+        p = pos.astype(np.int64)
+        plan = prefill_plan(p, d)
+        if plan is not None:
+            length, rows = plan
+            z = torch.zeros(n, length, d, dtype=x.dtype)
+            idx = torch.arange(n)
+            r = torch.from_numpy(rows)
+            z = z.index_put((idx, r), x)
+            return rope.rotate_queries_or_keys(z)[idx, r]
+        out = [rope.rotate_queries_or_keys(x[i].reshape(1, 1, d), offset=int(p[i])).reshape(d) for i in range(n)]
+        return torch.stack(out)
+
+    def _apply(self, x, positions, cfg, seq_len):
+        lead, pos = tokens(tuple(x.shape), self.to_numpy(positions))
+        flat = x.reshape(-1, cfg.head_dim)
+        if cfg.layout == "half":
+            perm = layout_permutation(cfg.rotary_dim, cfg.head_dim)
+            inv = np.argsort(perm)
+            y = self._rotate(flat[:, perm], pos, cfg)[:, inv]
+        else:
+            y = self._rotate(flat, pos, cfg)
+        return y.reshape(*lead, cfg.head_dim)
+
+    def _apply_vjp(self, x, positions, cfg, grad_out, seq_len):
+        return self.torch_vjp(x, positions, cfg, grad_out, seq_len)
+
+    def _cos_sin(self, positions, cfg, seq_len):
+        import torch
+
+        p = self.to_numpy(positions)
+        flat = p.reshape(-1)
+        k = cfg.rotary_dim // 2
+
+        def rotate(e: np.ndarray) -> np.ndarray:
+            t = torch.from_numpy(e.reshape(-1, cfg.head_dim).astype(np.float32))
+            return self.to_numpy(self._apply(t, np.repeat(flat, k), cfg, seq_len)).reshape(e.shape)
+
+        cos, sin = probe_cos_sin(rotate, flat.size, cfg)
+        return cos.reshape(p.shape + (k,)), sin.reshape(p.shape + (k,))
+
+
+def make_backend(precision: str | None = None) -> RotaryEmbeddingTorchPeer:
+    return RotaryEmbeddingTorchPeer(precision)
