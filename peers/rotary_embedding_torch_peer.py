@@ -96,7 +96,8 @@ class RotaryEmbeddingTorchPeer(Peer):
         rope = self._module(cfg)
         n, d = x.shape
         if pos.dtype.kind == "f" and np.any(pos != np.round(pos)):
-            freqs = rope.forward(torch.from_numpy(pos.astype(np.float32)))
+            # get_seq_pos divides by interpolate_factor; forward() takes the positions as given
+            freqs = rope.forward(torch.from_numpy(pos.astype(np.float32)) / rope.interpolate_factor)
             return apply_rotary_emb(freqs, x)
         if pos.size and pos.min() < 0:
             raise Unsupported("rotate_queries_or_keys takes non-negative offsets")

@@ -406,13 +406,17 @@ class InterleavedPathUnscaled(Float32Backend):
 
 
 class NegativePositionsWrap(Float32Backend):
-    """Positions index a cos/sin cache of 8192 rows: -k reads row 8192 - k (Python negative indexing)."""
+    """Positions index a cos/sin cache of 8192 rows: -k reads row 8192 - k (Python negative indexing).
+
+    Only the positions the caller passes are looked up; the backward pass (autograd of the lookup)
+    rotates by minus the looked-up angle, so it never indexes with the negated positions itself.
+    """
 
     targets = ("negative_positions",)
 
-    def _positions(self, positions):
+    def _table(self, positions, cfg, seq_len, sign: float = 1.0):
         pos = np.asarray(positions)
-        return super()._positions(np.where(pos < 0, pos + 8192, pos))
+        return super()._table(np.where(pos < 0, pos + 8192, pos), cfg, seq_len, sign)
 
 
 class SeqLenIgnored(Float32Backend):
@@ -462,11 +466,15 @@ class CacheKeyedWithoutBase(Float32Backend):
         super().__init__(io_dtype)
         self._cache: dict = {}
 
-    def _inv_freq(self, cfg, seq_len):
+    def _table(self, positions, cfg, seq_len, sign: float = 1.0):
+        pos = np.asarray(positions)
+        seq_len = self._seq_len(cfg, pos, seq_len)
         key = (cfg.rotary_dim, None if cfg.scaling is None else repr(cfg.scaling.to_hf()), seq_len)
-        if key not in self._cache:
+        if key not in self._cache:  # the rotary module's table cache; the inv_freq accessor is uncached
             self._cache[key] = super()._inv_freq(cfg, seq_len)
-        return self._cache[key]
+        theta = self._angles(self._positions(sign * pos), self._cache[key])
+        factor = F32(self._factor(cfg, seq_len))
+        return factor * np.cos(theta), factor * np.sin(theta) * F32(self._sin_sign())
 
 
 class RowTileTailDropped(Float32Backend):
