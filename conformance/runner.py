@@ -159,7 +159,7 @@ def load_xfails(path: str | Path) -> dict[str, str]:
     if path.suffix == ".json":
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"xfail file {str(path)!r} is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise ValueError(f"xfail file {str(path)!r} must hold a JSON object {{case id: reason}}")

@@ -126,7 +126,11 @@ def check_real(value: Any, name: str) -> float:
     """Validate a finite real scalar argument (``bool`` is rejected)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r:.60}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        digits = len(str(abs(int(value))))
+        raise ValueError(f"{name} must be within the float64 range, got a {digits}-digit integer") from None
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     return value

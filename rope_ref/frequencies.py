@@ -13,9 +13,13 @@ from typing import Any
 import numpy as np
 
 from . import _mp
-from ._arrays import POSITION_LIMIT, as_positions, check_int
+from ._arrays import POSITION_LIMIT, as_positions, check_int, check_real
 from ._exact_trig import cos_sin_of_product
 from .config import RopeConfig
+
+#: Largest rotary width :func:`default_inv_freq` accepts (``RopeConfig`` allows head_dim up to 65536;
+#: ``sinusoidal_embedding`` uses the same table for d_model up to 2**20).
+MAX_ROTARY_DIM = 1 << 20
 
 __all__ = ["default_inv_freq", "inv_freq", "attention_factor", "angles", "cos_sin", "resolve_seq_len"]
 
@@ -34,7 +38,13 @@ def default_inv_freq(base: float, rotary_dim: int) -> np.ndarray:
     the exact real ``base^(-2i/d)`` of the float64 ``base`` (evaluated as ``exp(-(2i/d) ln base)`` in
     :mod:`rope_ref._mp`), so it is the same on every machine.
     """
-    return np.array(_default_inv_freq_cached(float(base), int(rotary_dim)))
+    base = check_real(base, "base")
+    if not (base > 0.0 and base != 1.0):
+        raise ValueError(f"base must be a finite number > 0 and != 1, got {base}")
+    rotary_dim = check_int(rotary_dim, "rotary_dim", minimum=2)
+    if rotary_dim % 2 or rotary_dim > MAX_ROTARY_DIM:
+        raise ValueError(f"rotary_dim must be an even integer in [2, {MAX_ROTARY_DIM}], got {rotary_dim}")
+    return np.array(_default_inv_freq_cached(base, rotary_dim))
 
 
 @functools.lru_cache(maxsize=512)
