@@ -17,6 +17,8 @@ __all__ = [
     "MAX_OUTER",
     "MAX_INNER",
     "KERNEL_FOR_DTYPE",
+    "MULTIAXIS_KERNEL_FOR_DTYPE",
+    "MULTIAXIS_DEFINE",
     "SHAPE_FIELDS",
     "ApplyPlan",
     "kernel_name",
@@ -46,6 +48,15 @@ KERNEL_FOR_DTYPE = {
     "float16": "rope_apply_f16",
     "bfloat16": "rope_apply_bf16",
 }
+
+#: Activation dtype name -> multi-axis kernel (``rope_multiaxis_apply_*``, same ``RopeShape`` plan).
+MULTIAXIS_KERNEL_FOR_DTYPE = {
+    "float32": "rope_multiaxis_apply_f32",
+    "float16": "rope_multiaxis_apply_f16",
+    "bfloat16": "rope_multiaxis_apply_bf16",
+}
+#: The preprocessor flag that compiles the multi-axis kernels of ``rope_kernels.cu``.
+MULTIAXIS_DEFINE = "-DROPE_WITH_MULTIAXIS"
 
 #: Fields of ``struct RopeShape`` in declaration order, each int64 (arrays expanded).
 SHAPE_FIELDS: tuple[str, ...] = (

@@ -123,6 +123,24 @@ class TorchBackend(Backend):
             position_encoding_2d=position_encoding_2d,
         )
 
+    def chatglm_next_position_ids(
+        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
+    ):
+        """ChatGLM-6B's ids for the next decoded token: the last column of the full 2D ids.
+
+        ``[mask_position, seq_len - context_length]`` (the released ``prepare_inputs_for_generation``
+        with a cache); the 1D form keeps the first row. See :func:`rope_ref.chatglm.next_position_ids`.
+        """
+        full = self.chatglm_position_ids(
+            input_ids,
+            bos_token_id=bos_token_id,
+            mask_token_id=mask_token_id,
+            gmask_token_id=gmask_token_id,
+            position_encoding_2d=True,
+        )
+        last = full[:, :, -1:]
+        return last if position_encoding_2d else last[:, 0, :]
+
     def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
         return chatglm_apply_2d(
             x,

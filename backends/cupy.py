@@ -28,7 +28,14 @@ from rope_ref.config import RopeConfig
 from rope_ref.frequencies import resolve_seq_len
 
 from ._cupy_bf16 import bf16_bits_to_float32, float32_to_bf16_bits
-from ._cupy_plan import cos_sin_launch, element_strides, pack_shape, plan_apply
+from ._cupy_plan import (
+    MULTIAXIS_DEFINE,
+    MULTIAXIS_KERNEL_FOR_DTYPE,
+    cos_sin_launch,
+    element_strides,
+    pack_shape,
+    plan_apply,
+)
 
 __all__ = [
     "Bf16Array",
@@ -36,6 +43,8 @@ __all__ = [
     "apply",
     "apply_vjp",
     "cos_sin",
+    "multiaxis_apply",
+    "multiaxis_apply_vjp",
     "available",
     "make_backend",
     "KERNEL_SOURCE",
@@ -79,6 +88,15 @@ def _module() -> Any:
 
 def _kernel(name: str) -> Any:
     return _module().get_function(name)
+
+
+@functools.cache
+def _multiaxis_module() -> Any:
+    """The same source compiled with its multi-axis kernels (``rope_multiaxis_apply_*``) enabled."""
+    cp = _cupy()
+    return cp.RawModule(
+        code=KERNEL_SOURCE.read_text(encoding="utf-8"), options=("--std=c++14", MULTIAXIS_DEFINE)
+    )
 
 
 # -- bfloat16 arrays -------------------------------------------------------------------------------
@@ -302,6 +320,108 @@ def cos_sin(
     return cos, sin
 
 
+# -- multi-axis RoPE (M-RoPE, 2D vision RoPE, ChatGLM-6B 2D) ----------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _pair_tables_cached(spec: Any, seq_len: int | None, _device: int) -> tuple[Any, Any, Any]:
+    """Per pair: stream (int32), frequency (float64) and attention factor (float32), on the device."""
+    cp = _cupy()
+    phi, amp = spec.pair_frequencies(seq_len)
+    return (
+        cp.asarray(np.asarray(spec.streams, dtype=np.int32)),
+        cp.asarray(np.ascontiguousarray(phi, dtype=np.float64)),
+        cp.asarray(np.ascontiguousarray(amp, dtype=np.float32)),
+    )
+
+
+def _launch_multiaxis(
+    x: Any, positions: Any, spec: Any, seq_len: int | None, *, inplace: bool, sign: float, check: bool
+) -> Any:
+    """Validate, plan and launch one multi-axis kernel (one read and one write of ``x``)."""
+    from rope_ref.multiaxis import MultiAxisRope
+
+    cp = _cupy()
+    if not isinstance(spec, MultiAxisRope):
+        raise TypeError(f"spec must be a rope_ref.multiaxis.MultiAxisRope, got {type(spec).__name__}")
+    xs, dtype_name = _storage(x)
+    if not isinstance(inplace, bool):
+        raise TypeError(f"inplace must be a bool, got {type(inplace).__name__}")
+    pos = _positions(positions, check)
+    if pos.ndim == 0 or pos.shape[0] != spec.n_streams:
+        raise ValueError(
+            f"positions must have a leading axis of n_streams={spec.n_streams} (one row per stream), "
+            f"got shape {tuple(pos.shape)}"
+        )
+    lengths = {_seq_len(pos, t, seq_len) for t in spec.tables} - {None}  # the oracle's one length
+    streams, phi, amp = _pair_tables_cached(
+        spec, max(lengths) if lengths else seq_len, cp.cuda.runtime.getDevice()
+    )
+    out = xs if inplace else cp.empty(xs.shape, dtype=xs.dtype)
+    itemsize = xs.dtype.itemsize
+    pos_strides = element_strides(pos.strides, 8, "positions")
+    plan = plan_apply(
+        dtype_name=dtype_name,
+        x_shape=xs.shape,
+        x_strides=element_strides(xs.strides, itemsize, "x"),
+        out_strides=element_strides(out.strides, itemsize, "out"),
+        pos_shape=pos.shape[1:],
+        pos_strides=pos_strides[1:],
+        head_dim=spec.head_dim,
+        rotary_dim=spec.rotary_dim,
+        layout=spec.layout,
+        inplace=inplace,
+    )
+    if xs.size == 0:
+        return _wrap_like(out, x)
+    args = (
+        xs,
+        out,
+        pos,
+        np.int64(pos_strides[0]),
+        streams,
+        phi,
+        amp,
+        pack_shape(plan),
+        np.int32(plan.n_pairs),
+        np.int32(plan.n_pass),
+        np.int32(plan.half_layout),
+        np.int32(spec.blocks),
+        np.int32(plan.copy_pass),
+        np.float32(sign),
+    )
+    kernel = _multiaxis_module().get_function(MULTIAXIS_KERNEL_FOR_DTYPE[dtype_name])
+    kernel(plan.grid, plan.block, args)
+    return _wrap_like(out, x)
+
+
+def multiaxis_apply(
+    x: Any,
+    positions: Any,
+    spec: Any,
+    *,
+    seq_len: int | None = None,
+    inplace: bool = False,
+    check: bool = True,
+) -> Any:
+    """Multi-axis RoPE (:func:`rope_ref.multiaxis.apply`) as one fused kernel: one read and one write of x.
+
+    ``spec`` is a :class:`rope_ref.multiaxis.MultiAxisRope` (M-RoPE presets of :mod:`rope_ref.mrope`,
+    :mod:`rope_ref.vision_rope`, :func:`rope_ref.multiaxis.chatglm_2d`); ``positions`` has shape
+    ``(n_streams, ...)``, each stream broadcasting against ``x.shape[:-1]``. The kernel looks up each
+    pair's stream, frequency and attention factor in three small per-pair tables (built once per spec
+    from the oracle's float64 formulas); angle, precision, ``inplace`` and ``check`` as :func:`apply`.
+    """
+    return _launch_multiaxis(x, positions, spec, seq_len, inplace=inplace, sign=1.0, check=check)
+
+
+def multiaxis_apply_vjp(
+    grad_out: Any, positions: Any, spec: Any, *, seq_len: int | None = None, check: bool = True
+) -> Any:
+    """Gradient of :func:`multiaxis_apply` w.r.t. ``x``: ``A R^T g``, the kernel with the sine negated."""
+    return _launch_multiaxis(grad_out, positions, spec, seq_len, inplace=False, sign=-1.0, check=check)
+
+
 # -- the conformance backend -----------------------------------------------------------------------
 
 
@@ -376,6 +496,25 @@ class CupyBackend(Backend):
             gmask_token_id=gmask_token_id,
             position_encoding_2d=position_encoding_2d,
         )
+
+
+    def chatglm_next_position_ids(
+        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
+    ):
+        """ChatGLM-6B's ids for the next decoded token: the last column of the full 2D ids.
+
+        ``[mask_position, seq_len - context_length]`` (the released ``prepare_inputs_for_generation``
+        with a cache); the 1D form keeps the first row. See :func:`rope_ref.chatglm.next_position_ids`.
+        """
+        full = self.chatglm_position_ids(
+            input_ids,
+            bos_token_id=bos_token_id,
+            mask_token_id=mask_token_id,
+            gmask_token_id=gmask_token_id,
+            position_encoding_2d=True,
+        )
+        last = full[:, :, -1:]
+        return last if position_encoding_2d else last[:, 0, :]
 
     def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
         from ._cupy_extras import apply_2d

@@ -131,12 +131,65 @@ __device__ __forceinline__ void outer_offsets(const RopeShape& s, i64 t, i64& xo
     }
 }
 
+// Rotate pair (ia, ib) in every inner row of one outer row (x at xo, out at oo) by the scaled cos/sin;
+// `identity` copies the pair bit for bit instead (position 0 with attention factor 1).
+template <class Io>
+__device__ __forceinline__ void rope_rotate_rows(const typename Io::storage* x, typename Io::storage* out,
+                                                 i64 xo, i64 oo, const RopeShape& s, i64 ia, i64 ib, float cs,
+                                                 float sn, bool identity) {
+    typedef typename Io::storage T;
+    for (i64 i0 = 0; i0 < s.i_size0; ++i0) {
+        const T* xr = x + xo + i0 * s.i_xs0;
+        T* orow = out + oo + i0 * s.i_os0;
+        i64 i1 = 0;
+        for (; i1 + ROPE_UNROLL <= s.i_size1; i1 += ROPE_UNROLL) {
+            T va[ROPE_UNROLL], vb[ROPE_UNROLL];
+#pragma unroll
+            for (int u = 0; u < ROPE_UNROLL; ++u) {
+                va[u] = xr[(i1 + u) * s.i_xs1 + ia];
+                vb[u] = xr[(i1 + u) * s.i_xs1 + ib];
+            }
+#pragma unroll
+            for (int u = 0; u < ROPE_UNROLL; ++u) {
+                T ya = va[u], yb = vb[u];
+                if (!identity) {
+                    const float a = Io::load(va[u]), b = Io::load(vb[u]);
+                    ya = Io::store(a * cs - b * sn);
+                    yb = Io::store(b * cs + a * sn);
+                }
+                orow[(i1 + u) * s.i_os1 + ia] = ya;
+                orow[(i1 + u) * s.i_os1 + ib] = yb;
+            }
+        }
+        for (; i1 < s.i_size1; ++i1) {
+            const T va = xr[i1 * s.i_xs1 + ia], vb = xr[i1 * s.i_xs1 + ib];
+            T ya = va, yb = vb;
+            if (!identity) {
+                const float a = Io::load(va), b = Io::load(vb);
+                ya = Io::store(a * cs - b * sn);
+                yb = Io::store(b * cs + a * sn);
+            }
+            orow[i1 * s.i_os1 + ia] = ya;
+            orow[i1 * s.i_os1 + ib] = yb;
+        }
+    }
+}
+
+// Copy pass-through channel c in every inner row of one outer row.
+template <class T>
+__device__ __forceinline__ void rope_copy_rows(const T* x, T* out, i64 xo, i64 oo, const RopeShape& s, i64 c) {
+    for (i64 i0 = 0; i0 < s.i_size0; ++i0) {
+        for (i64 i1 = 0; i1 < s.i_size1; ++i1) {
+            out[oo + i0 * s.i_os0 + i1 * s.i_os1 + c] = x[xo + i0 * s.i_xs0 + i1 * s.i_xs1 + c];
+        }
+    }
+}
+
 template <class Io>
 __device__ __forceinline__ void rope_apply_impl(
     const typename Io::storage* x, typename Io::storage* out, const double* positions,
     const double* inv_freq, const RopeShape& s, int n_pairs, int n_pass, int half_layout,
     int copy_pass, float factor, float sin_sign) {
-    typedef typename Io::storage T;
     const int lanes = n_pairs + (copy_pass ? n_pass : 0);
     const i64 rows_per_step = (i64)gridDim.x * blockDim.y;
     for (i64 t = (i64)blockIdx.x * blockDim.y + threadIdx.y; t < s.n_outer; t += rows_per_step) {
@@ -154,48 +207,9 @@ __device__ __forceinline__ void rope_apply_impl(
                 sincosf(angle, &sn, &cs);
                 cs *= factor;
                 sn *= factor * sin_sign;
-                for (i64 i0 = 0; i0 < s.i_size0; ++i0) {
-                    const T* xr = x + xo + i0 * s.i_xs0;
-                    T* orow = out + oo + i0 * s.i_os0;
-                    i64 i1 = 0;
-                    for (; i1 + ROPE_UNROLL <= s.i_size1; i1 += ROPE_UNROLL) {
-                        T va[ROPE_UNROLL], vb[ROPE_UNROLL];
-#pragma unroll
-                        for (int u = 0; u < ROPE_UNROLL; ++u) {
-                            va[u] = xr[(i1 + u) * s.i_xs1 + ia];
-                            vb[u] = xr[(i1 + u) * s.i_xs1 + ib];
-                        }
-#pragma unroll
-                        for (int u = 0; u < ROPE_UNROLL; ++u) {
-                            T ya = va[u], yb = vb[u];
-                            if (!identity) {
-                                const float a = Io::load(va[u]), b = Io::load(vb[u]);
-                                ya = Io::store(a * cs - b * sn);
-                                yb = Io::store(b * cs + a * sn);
-                            }
-                            orow[(i1 + u) * s.i_os1 + ia] = ya;
-                            orow[(i1 + u) * s.i_os1 + ib] = yb;
-                        }
-                    }
-                    for (; i1 < s.i_size1; ++i1) {
-                        const T va = xr[i1 * s.i_xs1 + ia], vb = xr[i1 * s.i_xs1 + ib];
-                        T ya = va, yb = vb;
-                        if (!identity) {
-                            const float a = Io::load(va), b = Io::load(vb);
-                            ya = Io::store(a * cs - b * sn);
-                            yb = Io::store(b * cs + a * sn);
-                        }
-                        orow[i1 * s.i_os1 + ia] = ya;
-                        orow[i1 * s.i_os1 + ib] = yb;
-                    }
-                }
+                rope_rotate_rows<Io>(x, out, xo, oo, s, ia, ib, cs, sn, identity);
             } else {
-                const i64 c = 2 * (i64)n_pairs + (lane - n_pairs);  // pass-through channel
-                for (i64 i0 = 0; i0 < s.i_size0; ++i0) {
-                    for (i64 i1 = 0; i1 < s.i_size1; ++i1) {
-                        out[oo + i0 * s.i_os0 + i1 * s.i_os1 + c] = x[xo + i0 * s.i_xs0 + i1 * s.i_xs1 + c];
-                    }
-                }
+                rope_copy_rows(x, out, xo, oo, s, 2 * (i64)n_pairs + (lane - n_pairs));  // pass-through
             }
         }
     }
@@ -230,3 +244,59 @@ extern "C" __global__ void rope_cos_sin_f32(const double* positions, const doubl
         sin_out[k] = sn * factor;
     }
 }
+
+// Multi-axis RoPE (rope_ref.multiaxis, docs/multimodal.md): pair i takes its position from stream
+// pair_stream[i] (a table lookup) and its frequency and attention factor from pair_freq[i] and
+// pair_factor[i]. Positions are (n_streams, ...) with stream s at positions + s * stream_stride and the
+// RopeShape position strides over the rest. The rotated channels are `blocks` equal contiguous blocks
+// of 2 * (n_pairs / blocks) channels, each paired by the layout on its own (ChatGLM-6B: 2 blocks).
+// Same angle rule, identity rule and single pass over x as rope_apply_impl. Compiled only with
+// -DROPE_WITH_MULTIAXIS (rope_ref.backends.cupy passes it to NVRTC).
+#ifdef ROPE_WITH_MULTIAXIS
+template <class Io>
+__device__ __forceinline__ void rope_multiaxis_impl(
+    const typename Io::storage* x, typename Io::storage* out, const double* positions, i64 stream_stride,
+    const int* pair_stream, const double* pair_freq, const float* pair_factor, const RopeShape& s,
+    int n_pairs, int n_pass, int half_layout, int blocks, int copy_pass, float sin_sign) {
+    const int lanes = n_pairs + (copy_pass ? n_pass : 0);
+    const int per_block = n_pairs / blocks;
+    const i64 rows_per_step = (i64)gridDim.x * blockDim.y;
+    for (i64 t = (i64)blockIdx.x * blockDim.y + threadIdx.y; t < s.n_outer; t += rows_per_step) {
+        i64 xo, oo, po;
+        outer_offsets(s, t, xo, oo, po);
+        for (int lane = threadIdx.x; lane < lanes; lane += blockDim.x) {
+            if (lane < n_pairs) {
+                const int k = lane / per_block, j = lane - k * per_block;
+                const i64 first = 2 * (i64)per_block * k;  // first channel of the lane's block
+                const i64 ia = half_layout ? first + j : first + 2 * (i64)j;
+                const i64 ib = half_layout ? ia + per_block : ia + 1;
+                const double m = positions[po + (i64)pair_stream[lane] * stream_stride];
+                const float factor = pair_factor[lane];
+                const bool identity = (m == 0.0) && (factor == 1.0f);
+                const float angle = (float)(m * pair_freq[lane]);
+                float sn, cs;
+                sincosf(angle, &sn, &cs);
+                cs *= factor;
+                sn *= factor * sin_sign;
+                rope_rotate_rows<Io>(x, out, xo, oo, s, ia, ib, cs, sn, identity);
+            } else {
+                rope_copy_rows(x, out, xo, oo, s, 2 * (i64)n_pairs + (lane - n_pairs));  // pass-through
+            }
+        }
+    }
+}
+
+#define ROPE_MULTIAXIS_KERNEL(KNAME, IO)                                                                  \
+    extern "C" __global__ void KNAME(const IO::storage* x, IO::storage* out, const double* positions,     \
+                                     i64 stream_stride, const int* pair_stream, const double* pair_freq, \
+                                     const float* pair_factor, const RopeShape shape, int n_pairs,        \
+                                     int n_pass, int half_layout, int blocks, int copy_pass,              \
+                                     float sin_sign) {                                                    \
+        rope_multiaxis_impl<IO>(x, out, positions, stream_stride, pair_stream, pair_freq, pair_factor,    \
+                                shape, n_pairs, n_pass, half_layout, blocks, copy_pass, sin_sign);        \
+    }
+
+ROPE_MULTIAXIS_KERNEL(rope_multiaxis_apply_f32, IoF32)
+ROPE_MULTIAXIS_KERNEL(rope_multiaxis_apply_f16, IoF16)
+ROPE_MULTIAXIS_KERNEL(rope_multiaxis_apply_bf16, IoBF16)
+#endif  // ROPE_WITH_MULTIAXIS

@@ -3,7 +3,15 @@
 Installed as ``rope_ref.conformance``. See ``docs/writing-a-backend.md``.
 """
 
-from .protocol import DTYPES, Backend, PrecisionPolicy
+from .protocol import DTYPES, UNSUPPORTED_REASONS, Backend, PrecisionPolicy, Unsupported
 from .registry import BackendUnavailable, get_backend
 
-__all__ = ["DTYPES", "Backend", "BackendUnavailable", "PrecisionPolicy", "get_backend"]
+__all__ = [
+    "DTYPES",
+    "UNSUPPORTED_REASONS",
+    "Backend",
+    "BackendUnavailable",
+    "PrecisionPolicy",
+    "Unsupported",
+    "get_backend",
+]

@@ -286,6 +286,31 @@ def _case(
     )
 
 
+def case_axes(x_shape: Sequence[int], positions_shape: Sequence[int]) -> str:
+    """The axis letters of x (``b`` batch, ``h`` heads, ``s`` sequence, ``d`` head_dim), e.g. ``"bhsd"``.
+
+    Positions broadcast against ``x.shape[:-1]`` aligned to the right. Axes along which they vary are
+    the sequence (one such axis) or batch and sequence (two); of the others, a leading one in front of
+    them is the batch when x has three leading axes, the rest are heads. Ambiguous shapes raise: pass
+    ``axes`` explicitly.
+    """
+    lead = tuple(int(n) for n in x_shape[:-1])
+    pos = (1,) * (len(lead) - len(positions_shape)) + tuple(int(n) for n in positions_shape)
+    varying = [i for i, n in enumerate(pos) if n > 1]
+    if not varying or len(varying) > 2:
+        raise ValueError(
+            f"cannot name the axes of x {tuple(x_shape)} with positions {tuple(positions_shape)}"
+        )
+    letters = ["h"] * len(lead)
+    for i, letter in zip(varying, "bs" if len(varying) == 2 else "s", strict=True):
+        letters[i] = letter
+    if len(lead) == 3 and len(varying) == 1 and varying[0] != 0:
+        letters[0] = "b"
+    if letters.count("h") > 1:
+        raise ValueError(f"ambiguous axes for x {tuple(x_shape)} with positions {tuple(positions_shape)}")
+    return "".join(letters) + "d"
+
+
 def activation_cases(
     name: str,
     op: str,
@@ -300,14 +325,17 @@ def activation_cases(
     x_values: np.ndarray | None = None,
     seed_name: str | None = None,
     requires_name: str | None = None,
+    axes: str | None = None,
 ) -> list[Case]:
     """One ``apply`` / ``apply_vjp`` case per io dtype: ids ``{op}-{name}-{fp64|fp32|fp16|bf16}``.
 
-    ``requires_name``: each case requires (runs after) ``{op}-{requires_name}-{same dtype}``.
+    ``requires_name``: each case requires (runs after) ``{op}-{requires_name}-{same dtype}``. ``axes``
+    (stored in ``params``, never passed to the backend) names x's axes; default :func:`case_axes`.
     """
     seed_name = seed_name or name
     base_x = _normal(seed_name, x_shape) if x_values is None else np.asarray(x_values, dtype=np.float64)
     pos = _positions(positions)
+    axes = axes or case_axes(x_shape, pos.shape)
     out = []
     for dt in io_dtypes:
         inputs = {"x": quantize(base_x, dt), "positions": pos}
@@ -321,7 +349,7 @@ def activation_cases(
                 inputs,
                 bug_class=bug_class,
                 tolerance="rotation",
-                params={"seq_len": seq_len},
+                params={"seq_len": seq_len, "axes": axes},
                 io_dtype=dt,
                 description=description,
                 requires=[f"{op}-{requires_name}-{DTYPE_SHORT[dt]}"] if requires_name else [],
@@ -533,6 +561,7 @@ def _rotation() -> list[Case]:
         make_config(64, "half"),
         (5, 4, 1, 64),
         np.array([37, 12, 0, 100, 2049])[:, None, None],
+        axes="bhsd",
         bug_class="decode_offsets",
         description="decode: seq_len=1, batch 5, per-row offsets (MLX #3494)",
     )
@@ -598,6 +627,7 @@ def _rotation() -> list[Case]:
             make_config(128, "half", base=base),
             (len(pos), 2, 128),
             np.array(pos)[:, None],
+            axes="shd",
             bug_class=bug,
             description=f"D=128, base {base:g}: {desc}",
         )
@@ -1494,6 +1524,7 @@ def _tails() -> list[Case]:
             make_config(shape[-1], layout),
             shape,
             pos,
+            axes="bshd",
             bug_class="kernel_tails",
             description=f"x (B,S,H,D)={shape}: {desc}; every row and head rotated",
         )
@@ -1616,6 +1647,7 @@ def custom_cases(
                 config,
                 shape,
                 _positions(pos)[:, None],
+                axes="bshd",
                 bug_class="custom",
                 description=desc,
                 io_dtypes=(io_dtype,),

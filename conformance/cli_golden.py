@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -43,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--preset", help=f"a named model preset: {', '.join(_preset_names())}")
     src.add_argument("--hf-config", help="a Hugging Face config.json to take the RoPE settings from")
     gen.add_argument(
+        "--name",
+        help="case-id prefix of a --preset/--hf-config set (default: the preset, else the config's "
+        "_name_or_path or model_type), so sets for different models can be merged",
+    )
+    gen.add_argument(
         "--layout", choices=LAYOUTS, help="channel pairing (with --hf-config, if the config does not fix it)"
     )
     gen.add_argument("--shape", help="activation shape B,S,H,D for apply/apply_vjp (default 1,8,2,head_dim)")
@@ -75,7 +81,7 @@ MAX_SHAPE_ELEMENTS = 2**24
 
 def _generator_command(args: argparse.Namespace) -> str:
     parts = ["rope-ref", "golden", "generate"]
-    for flag in ("preset", "hf_config", "layout", "shape", "positions", "ops"):
+    for flag in ("preset", "hf_config", "name", "layout", "shape", "positions", "ops"):
         value = getattr(args, flag, None)
         if value is not None:
             value = Path(value).name if flag == "hf_config" else value
@@ -88,7 +94,17 @@ def _generator_command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
+def _model_name(args: argparse.Namespace, config: dict | None) -> str:
+    """The case-id prefix of a custom set: ``--name``, else the preset, else the config's model name."""
+    raw = args.name or args.preset
+    if raw is None and config is not None:
+        raw = Path(str(config.get("_name_or_path") or "")).name or config.get("model_type")
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(raw or "hf_config")).strip("-.") or "hf_config"
+    return name[:64]
+
+
 def _custom_config(args: argparse.Namespace):
+    """``(RopeConfig, case-id prefix)`` of a --preset / --hf-config set."""
     if args.preset:
         import rope_ref
 
@@ -97,7 +113,7 @@ def _custom_config(args: argparse.Namespace):
             raise ValueError("--preset: this rope_ref has no presets (rope_ref.preset is missing)")
         if args.layout is not None:
             raise ValueError("--layout cannot be combined with --preset (the preset fixes the layout)")
-        return preset(args.preset)
+        return preset(args.preset), _model_name(args, None)
     from ..config import RopeConfig
 
     config = read_json_config(args.hf_config)
@@ -110,7 +126,7 @@ def _custom_config(args: argparse.Namespace):
                     f"got {block[sub]!r:.80}"
                 )
     try:
-        return RopeConfig.from_hf(config, layout=args.layout)
+        return RopeConfig.from_hf(config, layout=args.layout), _model_name(args, config)
     except ValueError as exc:
         if args.layout is None and "layout" in str(exc):
             raise ValueError(f"--hf-config needs --layout (half or interleaved) here: {exc}") from None
@@ -153,7 +169,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     custom = args.preset is not None or args.hf_config is not None
     if not custom:
-        extra = [f for f in ("layout", "shape", "positions", "ops") if getattr(args, f) is not None]
+        extra = [f for f in ("name", "layout", "shape", "positions", "ops") if getattr(args, f) is not None]
         if extra or args.dtype != "fp32":
             flags = ", ".join("--" + f for f in extra + (["dtype"] if args.dtype != "fp32" else []))
             raise ValueError(f"{flags} only apply with --preset or --hf-config")
@@ -163,7 +179,7 @@ def _generate(args: argparse.Namespace) -> int:
         from ..cli.common import parse_positions
 
         shape = _parse_shape(args.shape) if args.shape else None
-        cfg = _custom_config(args)
+        cfg, name = _custom_config(args)
         positions = parse_positions(args.positions) if args.positions else None
         if shape is None and positions is not None:
             shape = (1, positions.shape[0], 2, cfg.head_dim)
@@ -174,7 +190,7 @@ def _generate(args: argparse.Namespace) -> int:
             positions=positions,
             io_dtype=canonical_dtype(args.dtype, "--dtype"),
             ops=ops,
-            name=args.preset or "hf_config",
+            name=name,
         )
         source = "custom"
     out = golden.write_golden(

@@ -52,6 +52,7 @@ class Unsupported(NotImplementedError):
         super().__init__(message)
         self.reason = reason
 
+
 #: Floating dtypes the suite knows, widest first.
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 
@@ -123,6 +124,7 @@ class Backend:
                 f"is {self.precision.io_dtype}: a per-operation policy may change angle and compute only"
             )
         return policy
+
     # -- array conversion -------------------------------------------------------------------------
     def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> Any:
         """Convert a NumPy array to the backend's array type.

@@ -380,7 +380,9 @@ class SuiteReport:
                 )
                 el.text = (r.message + "\n" if r.message else "") + f"reproduce: {r.reproducer}"
             elif r.status in ("unsupported", "skipped", "xfailed"):
-                ET.SubElement(tc, "skipped", message=f"{r.status}: {r.xfail_reason or r.message}")
+                why = UNSUPPORTED_REASONS.get(r.unsupported_reason, "")
+                status = f"{r.status} ({why})" if why else r.status
+                ET.SubElement(tc, "skipped", message=f"{status}: {r.xfail_reason or r.message}")
             elif r.status == "xpassed":
                 ET.SubElement(tc, "system-out").text = f"stale xfail (passed): {r.xfail_reason}"
         ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)

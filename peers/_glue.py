@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
 from rope_ref.conformance.protocol import PRECISION_ALIASES, Backend, PrecisionPolicy
 
 __all__ = [
@@ -37,6 +36,7 @@ __all__ = [
     "layout_permutation",
     "integer_positions",
     "config_key",
+    "emulated_length",
 ]
 
 #: canonical dtype name -> short precision name (the ecosystem page's columns)
@@ -228,22 +228,46 @@ def integer_positions(pos: np.ndarray, peer: str) -> np.ndarray:
     return p
 
 
-def prefill_plan(pos: np.ndarray, head_dim: int, cap: int = 1 << 23) -> tuple[int, np.ndarray] | None:
+def prefill_plan(pos: np.ndarray, head_dim: int, cap: int = 1 << 23) -> tuple[int, int, np.ndarray] | None:
     """Prefill emulation for libraries that read positions from a length.
 
-    Returns ``(length, rows)``: run the library on a zero tensor of shape ``(N, length, head_dim)``
-    with token ``n`` at row ``rows[n]`` (its position) and read row ``rows[n]`` back; ``length`` is
-    ``max(position) + 1``, so the library builds ``arange(length)`` itself. ``None`` when that tensor
-    would exceed ``cap`` elements (the adapter then decodes one token at a time at ``offset=position``).
+    Returns ``(length, batch, slots)``: run the library on a zero tensor of shape
+    ``(batch, length, head_dim)`` with token ``n`` at ``[slots[n], pos[n]]`` and read it back there;
+    ``length`` is ``max(position) + 1``, so the library builds ``arange(length)`` itself, and tokens that
+    share a position go to different batch rows (``batch`` is the largest such multiplicity). ``None`` when
+    that tensor would exceed ``cap`` elements (the adapter then decodes at ``offset=position``).
     """
-    n = pos.size
-    length = int(pos.max()) + 1 if n else 1
-    if n * length * head_dim > cap:
+    p = pos.astype(np.int64)
+    length = int(p.max()) + 1 if p.size else 1
+    order = np.argsort(p, kind="stable")
+    slots = np.zeros(p.size, dtype=np.int64)
+    if p.size:
+        sorted_p = p[order]
+        first = np.searchsorted(sorted_p, sorted_p, side="left")
+        slots[order] = np.arange(p.size) - first
+    batch = int(slots.max()) + 1 if p.size else 1
+    if batch * length * head_dim > cap:
         return None
-    return length, pos.astype(np.int64)
+    return length, batch, slots
 
 
-def probe_cos_sin(rotate: Callable[[np.ndarray], np.ndarray], n_pos: int, cfg) -> tuple[np.ndarray, np.ndarray]:
+def emulated_length(pos: np.ndarray, seq_len: int | None, peer: str) -> int:
+    """The sequence length a prefill must have so a length-reading library sees ``seq_len``.
+
+    ``max(position) + 1`` when ``seq_len`` is ``None``; an explicit ``seq_len`` shorter than that cannot
+    be expressed by a library that reads the length from its positions (:class:`Unsupported`).
+    """
+    need = int(np.max(pos)) + 1 if np.size(pos) else 1
+    if seq_len is None or seq_len == need:
+        return need
+    if seq_len < need:
+        raise Unsupported(f"{peer} reads the sequence length from its positions; seq_len={seq_len} < max + 1")
+    return int(seq_len)
+
+
+def probe_cos_sin(
+    rotate: Callable[[np.ndarray], np.ndarray], n_pos: int, cfg
+) -> tuple[np.ndarray, np.ndarray]:
     """Read ``cos``/``sin`` of a rotate-only library with unit vectors.
 
     ``rotate(e)`` applies the library at the case's positions to ``e`` of shape ``(n_pos, k, head_dim)``

@@ -21,10 +21,9 @@ import importlib
 from typing import Any
 
 import numpy as np
-
 from rope_ref.conformance.protocol import PrecisionPolicy
 
-from ._glue import OPS, Peer, Unsupported, config_key, integer_positions, tokens
+from ._glue import OPS, Peer, Unsupported, config_key, emulated_length, integer_positions, tokens
 
 __all__ = ["HFPeer", "make_backend", "available", "FAMILIES"]
 
@@ -64,7 +63,11 @@ class HFPeer(Peer):
         self.notes = (
             f"{self.layout} layout only; "
             + ("partial rotary via partial_rotary_factor" if self.partial else "rotates the full head")
-            + ("" if self.scalings else "; no rope scaling, base fixed at 10000 (create_sinusoidal_positions)"),
+            + (
+                ""
+                if self.scalings
+                else "; no rope scaling, base fixed at 10000 (create_sinusoidal_positions)"
+            ),
         )
         super().__init__(precision)
 
@@ -140,8 +143,12 @@ class HFPeer(Peer):
         return float(self._init(cfg, seq_len)[1])
 
     # -- cos/sin and rotation ---------------------------------------------------------------------------
-    def _tables(self, x, pos: np.ndarray, cfg):
-        """HF cos/sin for flat positions ``pos`` ((1, N, rotary_dim) in the model's own layout)."""
+    def _tables(self, x, pos: np.ndarray, cfg, seq_len=None):
+        """HF cos/sin for flat positions ``pos`` ((1, N, rotary_dim) in the model's own layout).
+
+        ``@dynamic_rope_update`` takes the length from ``max(position_ids) + 1``; an explicit longer
+        ``seq_len`` is emulated by one extra position ``seq_len - 1`` whose row is dropped (a prefill).
+        """
         import torch
 
         if self.family == "gptj":
@@ -153,8 +160,15 @@ class HFPeer(Peer):
             sincos = table[torch.from_numpy(p)][None].to(x.dtype)
             sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
             return cos, sin
+        rope_type = cfg.scaling.to_hf()["rope_type"] if cfg.scaling is not None else "default"
+        extra = 0
+        if rope_type in ("dynamic", "longrope") and seq_len is not None:
+            length = emulated_length(pos, seq_len, f"hf:{self.family} (@dynamic_rope_update)")
+            if length > int(np.max(pos)) + 1:
+                pos, extra = np.append(pos, length - 1), 1
         position_ids = torch.from_numpy(np.array(pos))[None]
-        return self._module(cfg)(x, position_ids)
+        cos, sin = self._module(cfg)(x, position_ids)
+        return (cos[:, : cos.shape[1] - extra], sin[:, : sin.shape[1] - extra]) if extra else (cos, sin)
 
     def _apply(self, x, positions, cfg, seq_len):
         self._check(cfg)
@@ -169,7 +183,7 @@ class HFPeer(Peer):
 
             return torch.cat([rot, q[..., r:]], dim=-1).reshape(*lead, d)
         q = x.reshape(1, 1, -1, d)  # (batch, heads, seq, head_dim), unsqueeze_dim=1
-        cos, sin = self._tables(q, pos, cfg)
+        cos, sin = self._tables(q, pos, cfg, seq_len)
         return self._mod.apply_rotary_pos_emb(q, q, cos, sin)[0].reshape(*lead, d)
 
     def _apply_vjp(self, x, positions, cfg, grad_out, seq_len):
@@ -181,7 +195,7 @@ class HFPeer(Peer):
         self._check(cfg)
         p = self.to_numpy(positions)
         dummy = torch.zeros(1, dtype=torch.float32)
-        cos, sin = self._tables(dummy, p.reshape(-1), cfg)
+        cos, sin = self._tables(dummy, p.reshape(-1), cfg, seq_len)
         k = cfg.rotary_dim // 2
         shape = p.shape + (k,)
         return cos[0, :, :k].reshape(shape), sin[0, :, :k].reshape(shape)

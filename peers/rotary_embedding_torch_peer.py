@@ -1,6 +1,7 @@
 """lucidrains' ``rotary-embedding-torch`` as a peer (``rotary_embedding_torch/rotary_embedding_torch.py``).
 
-What is called: ``RotaryEmbedding(dim=rotary_dim, theta=base, interpolate_factor=..., theta_rescale_factor=...)``
+What is called: ``RotaryEmbedding(dim=rotary_dim, theta=base, interpolate_factor=...,
+theta_rescale_factor=...)``
 and, as a user does for a sequence, ``RotaryEmbedding.rotate_queries_or_keys(t, offset=...)``, which builds
 its positions itself (``get_seq_pos``: ``arange(seq_len, dtype=t.dtype) + offset``). Integer positions go
 through a prefill emulation (the tokens scattered into a zero sequence of length ``max(position) + 1``)
@@ -24,7 +25,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from rope_ref.conformance.protocol import PrecisionPolicy
 
 from ._glue import (
@@ -56,7 +56,8 @@ class RotaryEmbeddingTorchPeer(Peer):
     cannot = {"attention_factor": "rotary-embedding-torch has no attention factor (scale is xPos only)"}
     notes = (
         "interleaved natively; half layout through HF's permute channel order",
-        "integer positions: prefill emulation via rotate_queries_or_keys; fractional: forward() + apply_rotary_emb",
+        "integer positions: prefill emulation via rotate_queries_or_keys; "
+        "fractional: forward() + apply_rotary_emb",
         "cos/sin read with unit-vector probes",
     )
 
@@ -85,7 +86,9 @@ class RotaryEmbeddingTorchPeer(Peer):
 
     def _inv_freq(self, cfg, seq_len):
         if cfg.scaling is not None and cfg.scaling.to_hf()["rope_type"] == "linear":
-            raise Unsupported("linear scaling here divides positions (interpolate_factor); freqs are unscaled")
+            raise Unsupported(
+                "linear scaling here divides positions (interpolate_factor); freqs are unscaled"
+            )
         return self._module(cfg).freqs.detach()
 
     def _rotate(self, x, pos: np.ndarray, cfg):
@@ -104,13 +107,14 @@ class RotaryEmbeddingTorchPeer(Peer):
         p = pos.astype(np.int64)
         plan = prefill_plan(p, d)
         if plan is not None:
-            length, rows = plan
-            z = torch.zeros(n, length, d, dtype=x.dtype)
-            idx = torch.arange(n)
-            r = torch.from_numpy(rows)
+            length, batch, slots = plan
+            z = torch.zeros(batch, length, d, dtype=x.dtype)
+            idx, r = torch.from_numpy(slots), torch.from_numpy(p)
             z = z.index_put((idx, r), x)
             return rope.rotate_queries_or_keys(z)[idx, r]
-        out = [rope.rotate_queries_or_keys(x[i].reshape(1, 1, d), offset=int(p[i])).reshape(d) for i in range(n)]
+        out = [
+            rope.rotate_queries_or_keys(x[i].reshape(1, 1, d), offset=int(p[i])).reshape(d) for i in range(n)
+        ]
         return torch.stack(out)
 
     def _apply(self, x, positions, cfg, seq_len):

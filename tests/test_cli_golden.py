@@ -241,3 +241,26 @@ def test_errors_are_clear(tmp_path, capsys, extra, message):
     argv = ["golden", "generate", "--out", str(tmp_path / "o")] + [e.replace("{cfg}", cfg) for e in extra]
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_custom_sets_are_named_after_the_model(tmp_path):
+    import json as _json
+
+    from rope_ref.cli import main as cli_main
+
+    config = {
+        "model_type": "llama",
+        "_name_or_path": "meta-llama/Llama-3.1-8B",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "rope_theta": 500000.0,
+        "max_position_embeddings": 131072,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(_json.dumps(config))
+    for extra, prefix in (([], "Llama-3.1-8B"), (["--name", "my model"], "my-model")):
+        out = tmp_path / f"set{len(extra)}"
+        assert cli_main(["golden", "generate", "--hf-config", str(path), "--out", str(out), *extra]) == 0
+        ids = [c["id"] for c in _json.loads((out / "manifest.json").read_text())["cases"]]
+        assert ids and all(prefix in i for i in ids), ids[:3]
+    assert cli_main(["golden", "generate", "--out", str(tmp_path / "x"), "--name", "a"]) == 2

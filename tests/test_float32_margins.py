@@ -53,7 +53,8 @@ def float32_tables(cfg, seq_len: int | None) -> tuple[np.ndarray, float]:
         extra, inter = one / pos_freqs, one / (f * pos_freqs)
 
         def corr(beta: float) -> np.float32:
-            return F32(d) * np.log(l0 / (F32(beta) * F32(2.0) * F32(math.pi))) / (F32(2.0) * np.log(F32(base)))
+            turns = l0 / (F32(beta) * F32(2.0) * F32(math.pi))
+            return F32(d) * np.log(turns) / (F32(2.0) * np.log(F32(base)))
 
         low, high = corr(hf.get("beta_fast", 32.0)), corr(hf.get("beta_slow", 1.0))
         if hf.get("truncate", True):

@@ -57,6 +57,7 @@ def test_tolerance_rules_by_op(shipped):
         "apply": {"rotation"},
         "apply_vjp": {"rotation"},
         "chatglm_position_ids": {"exact"},
+        "chatglm_next_position_ids": {"exact"},
         "chatglm_apply_2d": {"rotation", "emulation"},
         "decay_upper_bound": {"decay"},
     }
@@ -273,11 +274,22 @@ def test_aux_tables_match_an_independent_derivation(shipped):
 def test_requires_names_earlier_cases(shipped):
     ids = list(shipped)
     with_requires = {i: c.requires for i, c in shipped.items() if c.requires}
-    assert set(with_requires) == {
-        f"apply-dynamic_short_after_long_d64-{d}" for d in ("fp64", "fp32", "fp16", "bf16")
+    # (case, the case it runs after): the dynamic-NTK leak pair and the state orders of issue 15.
+    chains = (
+        ("dynamic_short_after_long_d64", "dynamic_long_d64"),
+        ("gemma3_local_base1e4_d64", "gemma3_global_base1e6_d64"),
+        ("state_longrope_short_d32", "state_longrope_long_d32"),
+        ("state_dynamic_between_d64", "state_dynamic_long_d64"),
+        ("state_dynamic_at_l0_d64", "state_dynamic_between_d64"),
+        ("state_dynamic_below_l0_d64", "state_dynamic_at_l0_d64"),
+    )
+    want = {
+        f"apply-{case}-{d}": [f"apply-{before}-{d}"]
+        for case, before in chains
+        for d in ("fp64", "fp32", "fp16", "bf16")
     }
+    assert with_requires == want
     for cid, reqs in with_requires.items():
-        assert reqs == [cid.replace("dynamic_short_after_long", "dynamic_long")]
         assert ids.index(reqs[0]) < ids.index(cid)
 
 

@@ -373,12 +373,32 @@ def _doc_k(w):
         return 8.0 + 2.0 * np.where(w > 0, np.abs(np.log(np.where(w > 0, w, 1.0))), 0.0)
 
 
+def _doc_yarn(cfg, n):
+    """§4.2 y_i: YaRN truncate=False correction-range rounding, per pair (0 otherwise)."""
+    sc = (cfg or {}).get("scaling") or {}
+    if sc.get("rope_type") != "yarn" or sc.get("truncate", True) or sc["factor"] <= 1:
+        return np.zeros(n)
+    d, base, f, l0 = cfg["rotary_dim"], cfg["base"], sc["factor"], sc["original_max_position_embeddings"]
+
+    def corr(beta):
+        return d * np.log(l0 / (2 * np.pi * beta)) / (2 * np.log(base))
+
+    low, high = max(corr(sc["beta_fast"]), 0.0), min(corr(sc["beta_slow"]), d - 1.0)
+    high = high + 0.001 if low == high else high
+    s, u = d / (2 * np.log(base)), 2.0**-24
+    d_low, d_high = 4 * (abs(low) + s) * u, 4 * (abs(high) + s) * u
+    i = np.arange(n)
+    r = np.clip((i - low) / (high - low), 0, 1)
+    dr, g = (d_low + d_high) / (high - low) + 3 * u, 1 - 1 / f
+    return np.where((i > low - d_low) & (i < high + d_high), g * dr / (1 - r * g) / u, 0.0)
+
+
 def _doc_pairs(n, layout):
     i = np.arange(n)
     return (i, i + n) if layout == "half" else (2 * i, 2 * i + 1)
 
 
-def _doc_rotation(v, positions, theta, factor, rotary_dim, layout, u_a, u_r, floor):
+def _doc_rotation(v, positions, theta, factor, rotary_dim, layout, u_a, u_r, floor, y=0.0):
     """§4.2 rotation rule: (tol, exact mask, per-pair norm tolerance, amplitude)."""
     n = rotary_dim // 2
     a, b = _doc_pairs(n, layout)
@@ -387,7 +407,7 @@ def _doc_rotation(v, positions, theta, factor, rotary_dim, layout, u_a, u_r, flo
     pos = pos.reshape((1,) * (len(lead) - pos.ndim) + pos.shape)
     t = np.broadcast_to(pos[..., None] * theta, lead + (n,))
     amp = abs(factor) * np.hypot(v[..., a], v[..., b])
-    pair_tol = amp * (_doc_k(theta) * np.abs(t) * u_a + 8 * u_r) + floor
+    pair_tol = amp * ((_doc_k(theta) + y) * np.abs(t) * u_a + 8 * u_r) + floor
     tol = np.zeros(v.shape)
     tol[..., a], tol[..., b] = pair_tol, pair_tol
     exact = np.zeros(v.shape, dtype=bool)
@@ -403,16 +423,19 @@ def _doc_tolerances(entry, t, policy):
     io, angle, compute = policy
     u_a, u_r = min(_U[angle], 2.0**-24), _U[io] + min(_U[angle], 2.0**-24) + _U[compute]
     floor = 4 * max(_TINY[io], _TINY[compute])
+    floor_t = 4 * _TINY["float64" if angle == "float64" else "float32"]
     rule, cfg, out = entry["tolerance"], entry["config"], {}
+    y = _doc_yarn(cfg, cfg["rotary_dim"] // 2) if cfg else 0.0
     for name in entry["expected"]:
         e = t[f"expected.{name}"].astype(np.float64)
         if rule == "table":
-            out[name] = (np.abs(e) * _doc_k(e) * u_a + floor, np.zeros(e.shape, bool))
+            k = _doc_k(e) + (y if entry["op"] == "inv_freq" else 0.0)
+            out[name] = (np.abs(e) * k * u_a + floor_t, np.zeros(e.shape, bool))
         elif rule == "trig":
             theta, A = t["aux.inv_freq"], float(t["aux.attention_factor"])
             ang = np.asarray(t["inputs.positions"], dtype=np.float64)[..., None] * theta
             out[name] = (
-                abs(A) * (_doc_k(theta) * np.abs(ang) * u_a + 8 * u_r) + floor,
+                abs(A) * ((_doc_k(theta) + y) * np.abs(ang) * u_a + 8 * u_r) + floor,
                 np.zeros(e.shape, bool),
             )
         elif rule == "decay":
@@ -420,7 +443,9 @@ def _doc_tolerances(entry, t, policy):
             theta = cfg["base"] ** (-2.0 * np.arange(rd // 2) / rd)
             r = np.abs(t["inputs.distances"].astype(np.float64))
             phase = u_a * np.sum(_doc_k(theta) * theta)
-            out[name] = (r * phase + u_r * ((rd // 2) ** 2 + 8 * np.abs(e)) + floor, np.zeros(e.shape, bool))
+            u_t = min(_U[angle], 2.0**-24) + _U[compute]
+            tol = r * phase + u_t * ((rd // 2) ** 2 + 8 * np.abs(e)) + floor_t
+            out[name] = (tol, np.zeros(e.shape, bool))
         elif entry["op"] == "chatglm_apply_2d":
             x = t["inputs.x"].astype(np.float64)
             h = x.shape[-1] // 2
@@ -451,6 +476,7 @@ def _doc_tolerances(entry, t, policy):
                 u_a,
                 u_r,
                 floor,
+                y,
             )
             out[name] = (tol, exact)
     return out

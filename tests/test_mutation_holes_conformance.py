@@ -97,12 +97,18 @@ def test_trig_rule_scales_with_the_attention_factor(factor):
 
 
 @pytest.mark.parametrize(
-    "policy",
-    [PrecisionPolicy("float16", "float32", "float32"), PrecisionPolicy("float32", "float32", "float16")],
+    ("policy", "tiny"),
+    [
+        (PrecisionPolicy("float16", "float32", "float32"), TINY16),
+        (PrecisionPolicy("float32", "float32", "float16"), TINY16),
+        (PrecisionPolicy("bfloat16", "float32", "float32"), TINY32),
+        (PrecisionPolicy("float32", "float32", "float32"), TINY32),
+        (PrecisionPolicy("float64", "float64", "float64"), 2.0**-1022),
+    ],
 )
-def test_rotation_floor_uses_the_larger_smallest_normal(policy):
-    """With x = 0 the rotation allowance is only its floor, 4 * max(tiny_io, tiny_compute) = 4 * 2^-14
-    when fp16 is involved (docs/tolerance.md, rotation bound)."""
+def test_rotation_floor_uses_the_larger_smallest_normal(policy, tiny):
+    """With x = 0 the rotation allowance is only its floor, 4 * max(tiny_io, tiny_compute): 4 * 2^-14 when
+    fp16 is involved, 4 * 2^-126 for float32 and bfloat16, 4 * 2^-1022 for float64 (docs/tolerance.md)."""
     cfg = {"head_dim": 4, "layout": "half", "base": 10000.0}
     pos = np.array([1.0, 2.0])
     case = Case(
@@ -114,10 +120,17 @@ def test_rotation_floor_uses_the_larger_smallest_normal(policy):
         "layout",
         "rotation",
     )
-    near = np.full((2, 4), 3.9 * TINY16)
+    near = np.full((2, 4), 3.9 * tiny)
     ok = check_case(case, {"out": near}, policy)[0]
     assert ok.passed and ok.ratio == pytest.approx(3.9 / 4, rel=1e-6)
-    assert not check_case(case, {"out": np.full((2, 4), 4.1 * TINY16)}, policy)[0].passed
+    assert not check_case(case, {"out": np.full((2, 4), 4.1 * tiny)}, policy)[0].passed
+
+
+def test_emulation_rule_is_refused_outside_chatglm():
+    case = apply_case("em-1")
+    case.tolerance = "".join(["emul", "ation"])  # equal to, not identical with, the literal
+    with pytest.raises(ValueError, match="emulation"):
+        check_case(case, {"out": case.expected["out"]}, FP32)
 
 
 # -- runner fixtures -----------------------------------------------------------------------------------

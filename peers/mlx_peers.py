@@ -1,0 +1,202 @@
+"""Apple MLX as a peer: ``mlx`` (``mx.fast.rope``) and ``mlx-lm`` (``mlx_lm.models.rope_utils``).
+
+What is called:
+
+* ``mlx``: ``mlx.core.fast.rope(x, dims, traditional=..., base=..., scale=..., offset=...)`` (the fused
+  kernel; ``traditional=True`` pairs ``(2i, 2i+1)``, ``False`` is the half layout, ``dims`` the rotary
+  dim, ``scale`` multiplies positions, so linear scaling is ``scale = 1/factor``);
+* ``mlx-lm``: ``rope_utils.initialize_rope(dims, base, traditional, scaling_config,
+  max_position_embeddings)`` and the module it returns (``nn.RoPE``, ``DynamicNTKScalingRoPE``,
+  ``Llama3RoPE``, ``YarnRoPE``, ``SuScaledRoPE``), called as ``rope(x, offset=...)``.
+
+Both take positions as ``offset + arange(x.shape[-2])``: integer positions go through the prefill
+emulation of ``_glue`` (one call over ``max(position) + 1`` rows, so ``DynamicNTKScalingRoPE`` sees the
+sequence length it would in a real prefill) or, past the size cap, one decode call per distinct position
+(``offset=position``). cos/sin are read with unit-vector probes. ``mlx-lm``'s ``inv_freq`` is
+``1 / module._freqs`` where the module keeps one (Llama3, YaRN, LongRoPE), its attention factor
+``YarnRoPE.mscale`` / ``SuScaledRoPE._scale``.
+
+Precision: mlx's rope kernel evaluates angles and the rotation in float32 and rounds once to the
+activation dtype; mlx has no float64 on its rope path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rope_ref.conformance.protocol import PrecisionPolicy
+
+from ._glue import OPS, Peer, Unsupported, config_key, emulated_length, prefill_plan, probe_cos_sin, tokens
+
+__all__ = ["MlxPeer", "make_backend", "available"]
+
+
+def available(flavour: str = "mlx", **_: Any) -> tuple[bool, str]:
+    try:
+        import mlx.core as mx
+
+        mx.fast.rope  # noqa: B018
+        if flavour == "mlx-lm":
+            import mlx_lm.models.rope_utils  # noqa: F401
+    except (ImportError, AttributeError, OSError) as exc:
+        return False, f"{flavour} is not installed or has no CPU build here ({exc})"
+    return True, ""
+
+
+class MlxPeer(Peer):
+    precisions = ("fp32", "fp16", "bf16")
+
+    def __init__(self, flavour: str = "mlx", precision: str | None = None) -> None:
+        self.flavour = flavour
+        self.peer = flavour
+        self.distribution = flavour
+        self.cannot = {}
+        if flavour == "mlx":
+            self.cannot = {
+                "inv_freq": "mx.fast.rope computes frequencies inside the kernel (no accessor)",
+                "attention_factor": "mx.fast.rope has no attention factor",
+            }
+        self.notes = (
+            "positions as offset + arange(seq): prefill emulation, decode per position past 2^23 elements",
+            "cos/sin read with unit-vector probes",
+        )
+        self._modules: dict[str, Any] = {}
+        super().__init__(precision)
+
+    def policies(self, io: str) -> dict[str, PrecisionPolicy]:
+        return dict.fromkeys(OPS, PrecisionPolicy(io, "float32", "float32"))
+
+    def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> Any:
+        import mlx.core as mx
+
+        a = np.array(array, copy=True)
+        if dtype is None:
+            return a  # positions stay NumPy: they become offsets, not arrays
+        return mx.array(a.astype(np.float32), dtype=getattr(mx, dtype))
+
+    def to_numpy(self, array: Any) -> np.ndarray:
+        import mlx.core as mx
+
+        if isinstance(array, mx.array):
+            if array.dtype == mx.bfloat16:
+                array = array.astype(mx.float32)
+            return np.array(array)
+        return np.asarray(array)
+
+    # -- the library's rope as a callable(x, offset) -----------------------------------------------------
+    def _rope(self, cfg):
+        key = config_key(cfg)
+        if key in self._modules:
+            return self._modules[key]
+        s = cfg.scaling.to_hf() if cfg.scaling is not None else {"rope_type": "default"}
+        traditional = cfg.layout == "interleaved"
+        if self.flavour == "mlx":
+            import mlx.core as mx
+
+            if s["rope_type"] not in ("default", "linear"):
+                raise Unsupported(f"mx.fast.rope has no {s['rope_type']!r} scaling (only scale = 1/factor)")
+            scale = 1.0 / float(s["factor"]) if s["rope_type"] == "linear" else 1.0
+
+            def rope(x, offset=0):
+                return mx.fast.rope(
+                    x,
+                    cfg.rotary_dim,
+                    traditional=traditional,
+                    base=float(cfg.base),
+                    scale=scale,
+                    offset=offset,
+                )
+
+        else:
+            from mlx_lm.models.rope_utils import initialize_rope
+
+            if s["rope_type"] == "ntk":
+                raise Unsupported("mlx-lm has no static NTK-aware rope type")
+            orig = s.get("original_max_position_embeddings")
+            max_pos = int(orig or 4096)
+            if s["rope_type"] in ("yarn", "longrope", "llama3") and orig:
+                max_pos = int(round(orig * float(s.get("factor", 1.0))))
+            rope = initialize_rope(
+                cfg.rotary_dim,
+                float(cfg.base),
+                traditional,
+                scaling_config=None if s["rope_type"] == "default" else s,
+                max_position_embeddings=max_pos,
+            )
+        self._modules[key] = rope
+        return rope
+
+    def _inv_freq(self, cfg, seq_len):
+        import mlx.core as mx
+
+        freqs = getattr(self._rope(cfg), "_freqs", None)
+        if freqs is None:
+            raise Unsupported("this mlx-lm rope module computes its frequencies inside mx.fast.rope")
+        return 1.0 / freqs.astype(mx.float32)
+
+    def _attention_factor(self, cfg, seq_len):
+        rope = self._rope(cfg)
+        for attr in ("mscale", "_scale"):
+            if hasattr(rope, attr):
+                return float(getattr(rope, attr))
+        raise Unsupported("this mlx-lm rope module applies no attention factor (no attribute to read)")
+
+    def _rotate(self, x, pos: np.ndarray, cfg, seq_len=None):
+        import mlx.core as mx
+
+        rope = self._rope(cfg)
+        dynamic = cfg.scaling is not None and cfg.scaling.to_hf()["rope_type"] == "dynamic"
+        if pos.dtype.kind == "f" and np.any(pos != np.round(pos)):
+            raise Unsupported(f"{self.flavour} takes integer offsets only (fractional positions)")
+        if pos.size and pos.min() < 0:
+            raise Unsupported(f"{self.flavour} takes non-negative offsets only")
+        p = pos.astype(np.int64)
+        n, d = x.shape
+        length = emulated_length(p, seq_len, self.flavour) if dynamic else None
+        plan = prefill_plan(p if length is None else np.append(p, length - 1), d)
+        if plan is not None:
+            length, batch, slots = plan
+            z = mx.zeros((batch, length, d), dtype=x.dtype)
+            idx, r = mx.array(slots[:n].astype(np.int32)), mx.array(p.astype(np.int32))
+            z = z.at[idx, r].add(x)
+            return rope(z)[idx, r]
+        if dynamic:
+            raise Unsupported(
+                "DynamicNTKScalingRoPE reads the length from the shape; this prefill is too large"
+            )
+        out = [None] * n
+        for q in np.unique(p):
+            sel = np.nonzero(p == q)[0]
+            y = rope(x[mx.array(sel.astype(np.int32))].reshape(len(sel), 1, d), offset=int(q))
+            for j, i in enumerate(sel):
+                out[i] = y[j, 0]
+        return mx.stack(out)
+
+    def _apply(self, x, positions, cfg, seq_len):
+        lead, pos = tokens(tuple(x.shape), np.asarray(positions))
+        return self._rotate(x.reshape(-1, cfg.head_dim), pos, cfg, seq_len).reshape(*lead, cfg.head_dim)
+
+    def _apply_vjp(self, x, positions, cfg, grad_out, seq_len):
+        import mlx.core as mx
+
+        _, (g,) = mx.vjp(lambda t: self._apply(t, positions, cfg, seq_len), [x], [grad_out])
+        return g
+
+    def _cos_sin(self, positions, cfg, seq_len):
+        import mlx.core as mx
+
+        p = np.asarray(positions)
+        flat = p.reshape(-1)
+        k = cfg.rotary_dim // 2
+
+        def rotate(e: np.ndarray) -> np.ndarray:
+            t = mx.array(e.reshape(-1, cfg.head_dim).astype(np.float32))
+            return self.to_numpy(self._apply(t, np.repeat(flat, k), cfg, seq_len)).reshape(e.shape)
+
+        cos, sin = probe_cos_sin(rotate, flat.size, cfg)
+        return cos.reshape(p.shape + (k,)), sin.reshape(p.shape + (k,))
+
+
+def make_backend(precision: str | None = None, flavour: str = "mlx") -> MlxPeer:
+    return MlxPeer(flavour, precision)

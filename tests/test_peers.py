@@ -1,0 +1,103 @@
+"""The CPU peers (real RoPE libraries) through the suite: their verdicts must match their findings files.
+
+A failure no finding explains, or a finding that no longer fails (stale), fails the test; a library that
+is not installed is skipped with the reason. The precisions run here are a subset that still reaches
+every finding (``rope-ref ecosystem`` runs them all).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _peers_package():
+    try:
+        return importlib.import_module("rope_ref.peers")
+    except ImportError:  # the checkout's peers/ before the package mapping is installed
+        root = str(Path(__file__).resolve().parents[1])
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        return importlib.import_module("peers")
+
+
+peers = _peers_package()
+cli = importlib.import_module(peers.__name__ + ".cli_ecosystem")
+findings_mod = importlib.import_module(peers.__name__ + "._findings")
+
+# peer -> precisions checked in CI (each finding's precisions are covered)
+CI_RUNS = {
+    "hf:llama": ("fp32", "bf16"),
+    "hf:gpt-neox": ("fp64",),
+    "hf:glm": ("fp32", "bf16"),
+    "hf:gptj": ("fp32",),
+    "onnxruntime": ("fp32", "fp16"),
+    "onnxruntime:contrib": ("fp32",),
+    "onnx-reference": ("bf16",),
+    "rotary-embedding-torch": ("fp32", "fp16", "bf16"),
+    "torchtune": ("bf16",),
+    "mlx": ("fp32",),
+    "mlx-lm": ("fp32",),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """One intra-op thread: these tensors are tiny, and CI's 2 cores are shared (3x faster here)."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    from rope_ref.conformance.golden import load_golden
+
+    return load_golden(None)
+
+
+@pytest.mark.parametrize("peer,precision", [(p, q) for p, qs in CI_RUNS.items() for q in qs])
+def test_peer_verdicts_match_findings(peer, precision, cases):
+    ok, reason = peers.peer_status(peer)
+    if not ok:
+        pytest.skip(f"{peer}: {reason}")
+    result = cli.run_peer(peer, precision, cases)
+    problems = [
+        f"unexplained failure {u['case']} [{u['bug_class']}, {u['kind']}]" for u in result["unexplained"]
+    ]
+    problems += [f"stale finding {f} (no longer fails at {precision})" for f in result["stale_findings"]]
+    assert not problems, f"{peer} {result['version']} {precision}:\n" + "\n".join(problems)
+    assert sum(result["counts"].values()) > 0
+
+
+def test_findings_files_are_complete():
+    """Every finding names a reproducer script that exists (or says why there is none yet)."""
+    for peer in peers.peer_names():
+        for f in findings_mod.load_findings(peer):
+            assert f.root_cause.strip() and f.cases, (peer, f.id)
+            script = Path(findings_mod.FINDINGS_DIR).parent / "reproducers" / f.reproducer
+            assert script.is_file() or f.reproducer.startswith("none yet"), (peer, f.id, f.reproducer)
+
+
+def test_import_rope_ref_stays_light():
+    """Importing the peers package imports no peer library."""
+    code = (
+        "import sys; import rope_ref; "
+        f"import importlib; importlib.import_module({peers.__name__!r}); "
+        "heavy = [m for m in ('torch', 'transformers', 'onnxruntime', 'mlx', 'keras') if m in sys.modules]; "
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    import subprocess
+
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,271 @@
+"""The torch adapter's multi-axis RoPE (``rope_ref.backends.torch.multiaxis_apply``) against the oracle.
+
+Reference: :func:`rope_ref.multiaxis.apply` (float64, exact cos/sin of the exact product). Tolerances,
+per rotated pair ``i`` with radius ``r`` (of the pair in ``x``), attention factor ``A``, position
+``m = m^(s(i))`` and frequency ``phi_i``:
+
+* float64 angles and arithmetic: ``A r (|m phi_i| + 16) 2^-53``. The adapter rounds the product
+  ``m phi_i`` once (an angle error of at most ``|m phi_i| 2^-53``; ``phi_i`` is the oracle's own
+  float64 value); cos/sin (libm, within 1 ulp = 2u each), the attention factor and the rotation's three
+  roundings add at most about ``6u A r``, and the oracle's own output carries about ``5u A r`` (its cos/sin
+  are correctly rounded, its products and sums rounded once each, as in Higham's model
+  ``fl(a op b) = (a op b)(1 + d)``): ``16u`` bounds both with a little room.
+* float32 angles: the conformance model (``docs/tolerance.md``, constants from
+  :mod:`rope_ref.conformance.tolerance`): ``A r (k_i |m phi_i| u_a + ROUND_SLACK u_r) + floor`` with
+  ``k_i = PHASE_SLACK + 2 |ln phi_i|`` and ``u_r = u_io + u_a + u_c``.
+
+Pass-through channels must be exact. Each bug class of issue 20 (pairing flag ignored, sections in
+the wrong order, interleaved sections read as blocked, partial rotary dropped) is emulated by the
+wrong spec a buggy port effectively uses, and must fail the comparison.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rope_ref.backends import torch as rt  # noqa: E402
+from rope_ref.backends._torch_multiaxis import multiaxis_apply  # noqa: E402
+from rope_ref.conformance.tolerance import PHASE_SLACK, ROUND_SLACK, UNIT_ROUNDOFF  # noqa: E402
+
+import rope_ref  # noqa: E402
+from rope_ref import RopeConfig, mrope, multiaxis, vision_rope  # noqa: E402
+from rope_ref.scaling import DynamicNTK, YaRN  # noqa: E402
+
+_NAMES = {
+    torch.float64: "float64",
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+}
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def presets() -> dict[str, multiaxis.MultiAxisRope]:
+    return {
+        "qwen2-vl": mrope.preset("qwen2-vl-7b").rope,
+        "qwen3-vl": mrope.preset("qwen3-vl-8b").rope,
+        "glm-4.1v": mrope.preset("glm-4.1v-9b").rope,
+        "chatglm-6b": multiaxis.chatglm_2d(128),
+        "qwen2-vl-vision": vision_rope.qwen2_vl(80),
+        "pixtral": vision_rope.pixtral(64),
+    }
+
+
+def broken_specs() -> dict[str, tuple[str, multiaxis.MultiAxisRope]]:
+    """One wrong spec per bug class of issue 20: (the preset it breaks, what a buggy port rotates by)."""
+    glm = mrope.preset("glm-4.1v-9b").rope
+    q2, q3 = RopeConfig(128, layout="half", base=1e6), RopeConfig(128, layout="half", base=5e6)
+    return {
+        # vllm #49290: NeoX pairing hard-coded in the M-RoPE kernel, is_neox_style=False ignored.
+        "pairing-ignored": ("glm-4.1v", multiaxis.MultiAxisRope(
+            glm.head_dim, layout="half", streams=glm.streams, tables=glm.tables)),
+        # sections applied in the wrong order (width, height, temporal).
+        "sections-reversed": ("qwen2-vl", mrope.mrope(q2, (24, 24, 16))),
+        # Qwen3-VL's interleaved sections read as blocked (vLLM PR #40680).
+        "interleaved-as-blocked": ("qwen3-vl", mrope.mrope(q3, (24, 20, 20))),
+        # maxtext #4616: partial_rotary_factor dropped, the whole head rotated.
+        "partial-rotary-dropped": ("glm-4.1v", mrope.mrope(
+            RopeConfig(128, layout="interleaved", base=10000.0), (16, 24, 24))),
+    }  # fmt: skip
+
+
+def tolerance(x: np.ndarray, pos: np.ndarray, spec, io: str, angle: str, seq_len=None) -> np.ndarray:
+    """Per-element bound (module docstring); 0 on pass-through channels."""
+    phi, amp = spec.pair_frequencies(seq_len)
+    lead = x.shape[:-1]
+    m = np.moveaxis(np.asarray(pos, dtype=np.float64), 0, -1)[..., list(spec.streams)]
+    m = np.broadcast_to(m.reshape((1,) * (len(lead) - (m.ndim - 1)) + m.shape), lead + (spec.n_pairs,))
+    a, b = spec.pair_indices()
+    radius = np.abs(amp) * np.hypot(x[..., a], x[..., b])
+    if angle == "float64":
+        pair = radius * (np.abs(m * phi) + 16.0) * UNIT_ROUNDOFF["float64"] + 4 * 2.0**-1022
+    else:
+        u_a, compute = UNIT_ROUNDOFF["float32"], "float32" if io in ("float16", "bfloat16") else io
+        u_r = UNIT_ROUNDOFF[io] + u_a + UNIT_ROUNDOFF[compute]
+        k = PHASE_SLACK + 2.0 * np.abs(np.log(phi))
+        pair = radius * (k * np.abs(m * phi) * u_a + ROUND_SLACK * u_r) + 4.0 * 2.0**-126
+    tol = np.zeros(x.shape)
+    tol[..., a], tol[..., b] = pair, pair
+    return tol
+
+
+def worst_ratio(x, pos, spec, got, io, angle, *, want_spec=None, seq_len=None) -> float:
+    """max |got - oracle| / tol over rotated channels; inf if a pass-through channel differs."""
+    ref = want_spec or spec
+    want = multiaxis.apply(x, pos, ref, seq_len=seq_len)
+    tol = tolerance(x, pos, ref, io, angle, seq_len)
+    err = np.abs(np.asarray(got, dtype=np.float64) - want)
+    exact = tol == 0
+    if np.any(err[exact] != 0) or not np.all(np.isfinite(got)):
+        return math.inf
+    return float(np.max(err[~exact] / tol[~exact]))
+
+
+def positions(rng, spec, shape) -> np.ndarray:
+    """Independent integer positions per stream (image-like tokens), the first token at 0."""
+    pos = rng.integers(0, 4096, size=(spec.n_streams,) + shape)
+    pos.reshape(spec.n_streams, -1)[:, 0] = 0
+    return pos
+
+
+def run(x: np.ndarray, pos: np.ndarray, spec, dtype, device="cpu", **kw) -> tuple[np.ndarray, np.ndarray]:
+    """(the float64 values the adapter sees, its output as float64)."""
+    xt = torch.tensor(x, device=device).to(dtype)
+    y = multiaxis_apply(xt, torch.tensor(pos, device=device), spec, **kw)
+    assert y.dtype == dtype and y.shape == xt.shape and y.device == xt.device
+    return xt.double().cpu().numpy(), y.double().cpu().numpy()
+
+
+# -- against the oracle ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(presets()))
+def test_presets_match_the_oracle_in_float64(name, device) -> None:
+    spec = presets()[name]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    x = rng.standard_normal((2, 3, 17, spec.head_dim))
+    pos = positions(rng, spec, (2, 1, 17))  # (streams, batch, 1, seq): x of (batch, heads, seq, dim)
+    xq, got = run(x, pos, spec, torch.float64, device, angle_dtype=torch.float64)
+    assert worst_ratio(xq, pos, spec, got, "float64", "float64") <= 1.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(presets()))
+def test_presets_match_the_oracle_in_low_precision(name, dtype) -> None:
+    spec = presets()[name]
+    rng = np.random.default_rng(sum(map(ord, name)) + 1)
+    x = rng.standard_normal((2, 11, 3, spec.head_dim))
+    pos = positions(rng, spec, (2, 11, 1))
+    xq, got = run(x, pos, spec, dtype)
+    assert worst_ratio(xq, pos, spec, got, _NAMES[dtype], "float32") <= 1.0
+
+
+@pytest.mark.parametrize("bug", sorted(broken_specs()))
+def test_each_bug_class_fails_the_comparison(bug) -> None:
+    name, wrong = broken_specs()[bug]
+    spec = presets()[name]
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 2, 9, spec.head_dim))
+    pos = positions(rng, spec, (3, 1, 9))
+    for dtype, angle in ((torch.float64, torch.float64), (torch.float32, torch.float32)):
+        io = _NAMES[dtype]
+        xq, good = run(x, pos, spec, dtype, angle_dtype=angle)
+        _, bad = run(x, pos, wrong, dtype, angle_dtype=angle)
+        right = worst_ratio(xq, pos, spec, good, io, _NAMES[angle])
+        broken = worst_ratio(xq, pos, wrong, bad, io, _NAMES[angle], want_spec=spec)
+        assert right <= 1.0 < broken and broken > 1e3, (io, right, broken)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["qwen2-vl", "qwen3-vl", "glm-4.1v"])
+def test_text_only_equals_the_1d_apply_bit_for_bit(name, dtype) -> None:
+    spec = presets()[name]
+    rng = np.random.default_rng(5)
+    x = torch.tensor(rng.standard_normal((2, 4, 13, spec.head_dim))).to(dtype)
+    ids = torch.tensor(rng.integers(0, 30000, size=(2, 1, 13)))
+    for angle in (torch.float32, torch.float64):
+        y3 = multiaxis_apply(x, torch.stack([ids] * 3), spec, angle_dtype=angle)
+        y1 = rt.apply(x, ids, spec.tables[0], angle_dtype=angle)
+        assert torch.equal(y3, y1)
+
+
+def test_chatglm_2d_is_two_half_head_ropes_bit_for_bit() -> None:
+    spec = multiaxis.chatglm_2d(64)
+    rng = np.random.default_rng(6)
+    x = torch.tensor(rng.standard_normal((5, 2, 64)), dtype=torch.float32)
+    pid, bid = (torch.tensor(rng.integers(0, n, size=(5, 1))) for n in (500, 40))
+    y = multiaxis_apply(x, torch.stack([pid, bid]), spec)
+    half = RopeConfig(32, layout="half")
+    want = torch.cat([rt.apply(x[..., :32], pid, half), rt.apply(x[..., 32:], bid, half)], dim=-1)
+    assert torch.equal(y, want)
+
+
+def test_per_stream_tables_and_length_dependent_scaling() -> None:
+    plain = RopeConfig(48, layout="interleaved", rotary_dim=32)
+    yarn = RopeConfig(48, layout="interleaved", rotary_dim=32, scaling=YaRN(4.0, 2048))
+    ntk = RopeConfig(48, layout="interleaved", rotary_dim=32, scaling=DynamicNTK(2.0, 1024))
+    spec = multiaxis.MultiAxisRope(48, layout="interleaved", streams=(0,) * 4 + (1,) * 6 + (2,) * 6,
+                                   tables=(plain, yarn, ntk), freq_index=tuple(range(16)))  # fmt: skip
+    assert rope_ref.attention_factor(yarn) != 1.0
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((6, 2, 48))
+    pos = positions(rng, spec, (6, 1))
+    pos[2, 3, 0] = 9000  # beyond the dynamic-NTK original length: its table depends on max(pos) + 1
+    for seq_len in (None, 12000):
+        xq, got = run(x, pos, spec, torch.float64, angle_dtype=torch.float64, seq_len=seq_len)
+        assert worst_ratio(xq, pos, spec, got, "float64", "float64", seq_len=seq_len) <= 1.0
+    xq, got = run(x, pos, spec, torch.float32)
+    assert worst_ratio(xq, pos, spec, got, "float32", "float32") <= 1.0
+
+
+# -- autograd and torch.compile ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("autograd", ["function", "native"])
+@pytest.mark.parametrize("name", ["qwen3-vl", "glm-4.1v", "chatglm-6b", "pixtral"])
+def test_gradcheck_in_float64(name, autograd) -> None:
+    spec = presets()[name]
+    rng = np.random.default_rng(8)
+    x = torch.tensor(rng.standard_normal((2, 3, spec.head_dim)), requires_grad=True)
+    pos = torch.tensor(positions(rng, spec, (2, 3)))
+
+    def f(t):
+        return multiaxis_apply(t, pos, spec, angle_dtype=torch.float64, autograd=autograd)
+
+    assert torch.autograd.gradcheck(f, (x,))
+    if autograd == "function" and name in ("chatglm-6b", "pixtral"):  # double backward (blocks, gather)
+        assert torch.autograd.gradgradcheck(f, (x[:1, :2].detach().requires_grad_(),))
+    # The gradient is the inverse rotation: the oracle at the negated positions.
+    g = torch.tensor(rng.standard_normal(tuple(x.shape)))
+    (gx,) = torch.autograd.grad(f(x), x, g)
+    want = multiaxis.apply(g.numpy(), -pos.numpy(), spec)
+    np.testing.assert_allclose(gx.numpy(), want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_torch_compile_fullgraph_forward_and_backward() -> None:
+    torch._dynamo.reset()
+    rng = np.random.default_rng(9)
+    for name in ("qwen3-vl", "chatglm-6b"):  # the gather path and the block reshape
+        spec = presets()[name]
+
+        def f(t, p, spec=spec):
+            return multiaxis_apply(t, p, spec)
+
+        compiled = torch.compile(f, fullgraph=True)  # fullgraph: a graph break raises
+        x = torch.tensor(
+            rng.standard_normal((2, 7, 3, spec.head_dim)), dtype=torch.float32, requires_grad=True
+        )
+        pos = torch.tensor(positions(rng, spec, (2, 7, 1)))
+        y = compiled(x, pos)
+        assert worst_ratio(x.detach().double().numpy(), pos.numpy(), spec, y.detach().double().numpy(),
+                           "float32", "float32") <= 1.0  # fmt: skip
+        g = torch.ones_like(y)
+        (gx,) = torch.autograd.grad(y, x, g)
+        (ge,) = torch.autograd.grad(f(x, pos), x, g)
+        torch.testing.assert_close(gx, ge, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_arguments_name_the_argument() -> None:
+    spec = presets()["qwen2-vl"]
+    x = torch.zeros(2, 128)
+    with pytest.raises(ValueError, match="n_streams=3"):
+        multiaxis_apply(x, torch.zeros(2, 2), spec)
+    with pytest.raises(ValueError, match="positions"):
+        multiaxis_apply(x, torch.zeros(3, 5), spec)
+    with pytest.raises(ValueError, match="head_dim=128"):
+        multiaxis_apply(torch.zeros(2, 64), torch.zeros(3, 2), spec)
+    with pytest.raises(TypeError, match="spec"):
+        multiaxis_apply(x, torch.zeros(3, 2), RopeConfig(128, layout="half"))
+    with pytest.raises(ValueError, match="finite"):
+        multiaxis_apply(x, torch.full((3, 2), float("nan")), spec)
+
+
+def test_exported_from_the_torch_adapter() -> None:
+    assert rt.multiaxis_apply is multiaxis_apply
