@@ -81,38 +81,55 @@ def _seq_len(pos: torch.Tensor, tables: tuple[RopeConfig, ...], seq_len: int | N
     return max(lengths) if lengths else seq_len
 
 
-def multiaxis_tables(
-    positions: torch.Tensor,
-    spec: MultiAxisRope,
-    *,
-    seq_len: int | None = None,
-    angle_dtype: torch.dtype = torch.float32,
-    device: torch.device | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(A cos(m^(s(i)) phi_i), A sin(...))`` in ``angle_dtype``, shape ``positions.shape[1:] + (n_pairs,)``.
-
-    ``positions`` has shape ``(n_streams, ...)``. Angles are formed in ``angle_dtype`` with autocast off
-    (as :func:`~rope_ref.backends._torch_core.angle_tables`): positions converted, times the frequency
-    rounded once to ``angle_dtype``.
-    """
-    spec = _check_spec(spec)
-    angle_dtype = check_angle_dtype(angle_dtype)
-    device = positions.device if device is None else device
+def _check_positions(positions: Any, spec: MultiAxisRope, device: torch.device) -> torch.Tensor:
     pos = as_positions(positions, device)
     if pos.ndim == 0 or pos.shape[0] != spec.n_streams:
         raise ValueError(
             f"positions must have a leading axis of n_streams={spec.n_streams} (one row per stream), "
             f"got shape {tuple(pos.shape)}"
         )
-    unique_streams, pair_table, gather, shared = _pair_plan(spec)
+    return pos
+
+
+@functools.lru_cache(maxsize=64)
+def _index_tensors(spec: MultiAxisRope, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """``(streams, gather, pair_table)`` as int64 tensors on ``device``, made once per (spec, device)."""
+    _, pair_table, gather, _ = _plan(spec)
+    with torch.inference_mode(False):  # normal tensors, even when first built under inference mode
+        return tuple(
+            torch.tensor(v, dtype=torch.long, device=device) for v in (spec.streams, gather, pair_table)
+        )
+
+
+def _indices(spec: MultiAxisRope, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The gather indices: cached eagerly; under ``torch.compile`` constants of the graph."""
+    if torch.compiler.is_compiling():
+        _, pair_table, gather, _ = _pair_plan(spec)
+        return tuple(
+            torch.tensor(v, dtype=torch.long, device=device) for v in (spec.streams, gather, pair_table)
+        )
+    return _index_tensors(spec, torch.device(device))
+
+
+def _tables(
+    pos: torch.Tensor,
+    spec: MultiAxisRope,
+    seq_len: int | None,
+    angle_dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    unique_streams, _, _, shared = _pair_plan(spec)
     unique = tuple(spec.tables[s] for s in unique_streams)
     length = _seq_len(pos, unique, seq_len)
     parts = [freq_table(t, length, angle_dtype, device) for t in unique]
+    streams, gather, pair_table = _indices(spec, device)
     inv = parts[0][0] if len(parts) == 1 else torch.cat([p[0] for p in parts])
-    phi = inv[torch.tensor(gather, dtype=torch.long, device=device)]
-    streams = torch.tensor(spec.streams, dtype=torch.long, device=device)
-    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
-    off = torch.autocast(kind, enabled=False) if torch.amp.is_autocast_available(kind) else nullcontext()
+    phi = inv.index_select(0, gather)  # pair i: row gather[i] of its stream's table
+    off = (
+        torch.autocast(device.type, enabled=False)
+        if torch.amp.is_autocast_available(device.type)
+        else nullcontext()
+    )
     with off:
         # The stream choice per pair: a gather of the (converted) positions along the stream axis.
         m = pos.to(angle_dtype).movedim(0, -1).index_select(-1, streams)
@@ -121,15 +138,37 @@ def multiaxis_tables(
         factors = [p[1] for p in parts]
         if any(isinstance(f, torch.Tensor) for f in factors):  # runtime factors (compiled, length-dependent)
             amp = torch.stack([torch.as_tensor(f, dtype=torch.float64, device=device) for f in factors])
-            amp = amp[torch.tensor(pair_table, dtype=torch.long, device=device)].to(angle_dtype)
+            amp = amp.index_select(0, pair_table).to(angle_dtype)
             cos, sin = cos * amp, sin * amp
         elif shared:
             if factors[0] != 1.0:
                 cos, sin = cos * factors[0], sin * factors[0]
         elif any(f != 1.0 for f in factors):
-            amp = torch.tensor([factors[k] for k in pair_table], dtype=angle_dtype, device=device)
+            amp = torch.tensor(factors, dtype=angle_dtype, device=device).index_select(0, pair_table)
             cos, sin = cos * amp, sin * amp
     return cos, sin
+
+
+def multiaxis_tables(
+    positions: Any,
+    spec: MultiAxisRope,
+    *,
+    seq_len: int | None = None,
+    angle_dtype: torch.dtype = torch.float32,
+    device: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A cos(m^(s(i)) phi_i), A sin(...))`` in ``angle_dtype``, shape ``positions.shape[1:] + (n_pairs,)``.
+
+    ``positions`` has shape ``(n_streams, ...)``. Angles are formed in ``angle_dtype`` with autocast off
+    (as :func:`~rope_ref.backends._torch_core.angle_tables`): positions converted, times the frequency
+    rounded once to ``angle_dtype``. ``device``: that of ``positions`` (CPU for non-tensors) by default.
+    """
+    spec = _check_spec(spec)
+    angle_dtype = check_angle_dtype(angle_dtype)
+    if device is None:
+        device = positions.device if isinstance(positions, torch.Tensor) else torch.device("cpu")
+    device = torch.device(device)
+    return _tables(_check_positions(positions, spec, device), spec, seq_len, angle_dtype, device)
 
 
 def multiaxis_apply(
@@ -155,14 +194,10 @@ def multiaxis_apply(
     spec = _check_spec(spec)
     x = check_x(x, spec.head_dim)
     compute = resolve_compute_dtype(compute_dtype, x.dtype)
-    pos = as_positions(positions, x.device)
-    if pos.ndim == 0 or pos.shape[0] != spec.n_streams:
-        raise ValueError(
-            f"positions must have a leading axis of n_streams={spec.n_streams} (one row per stream), "
-            f"got shape {tuple(pos.shape)}"
-        )
+    angle_dtype = check_angle_dtype(angle_dtype)
+    pos = _check_positions(positions, spec, x.device)
     check_broadcast(pos[0], tuple(x.shape[:-1]))
-    cos, sin = multiaxis_tables(pos, spec, seq_len=seq_len, angle_dtype=angle_dtype, device=x.device)
+    cos, sin = _tables(pos, spec, seq_len, angle_dtype, x.device)
     rd = spec.rotary_dim
     if spec.blocks == 1:
         cos, sin = expand_tables(cos, sin, x.ndim)

@@ -15,7 +15,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PEERS", "GPU_PEERS", "peer_names", "get_peer", "peer_status", "peer_info", "FINDINGS_DIR"]
+__all__ = ["PEERS", "GPU_PEERS", "peer_names", "get_peer", "peer_status", "FINDINGS_DIR"]
 
 #: name -> (adapter module relative to this package, options for make_backend/available)
 PEERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -63,12 +63,6 @@ def peer_status(name: str) -> tuple[bool, str]:
     except ImportError as exc:  # the adapter itself imports lazily; this is a broken install
         return False, f"adapter import failed: {exc}"
     return module.available(**PEERS[name][1])
-
-
-def peer_info(name: str) -> dict[str, Any]:
-    """The adapter class's static description (precisions, notes) without touching the library."""
-    module = _module(name)
-    return module.describe(**PEERS[name][1]) if hasattr(module, "describe") else {}
 
 
 def get_peer(name: str, precision: str | None = None):

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from rope_ref.conformance.protocol import PRECISION_ALIASES, Backend, PrecisionPolicy
+from rope_ref.conformance.protocol import Unsupported as _ProtocolUnsupported
 
 __all__ = [
     "Peer",
@@ -50,6 +51,7 @@ OPS = (
     "apply_vjp",
     "chatglm_position_ids",
     "chatglm_apply_2d",
+    "chatglm_next_position_ids",
     "decay_upper_bound",
 )
 
@@ -57,12 +59,20 @@ OPS = (
 NOT_LIBRARY_OPS = {
     "chatglm_position_ids": "ChatGLM-6B position ids live in THUDM's hub code, not in this library",
     "chatglm_apply_2d": "ChatGLM-6B 2D rotary lives in THUDM's hub code, not in this library",
+    "chatglm_next_position_ids": "ChatGLM-6B decode position ids live in THUDM's hub code, not here",
     "decay_upper_bound": "RoFormer's decay bound is analysis, not an operation of this library",
 }
 
 
-class Unsupported(NotImplementedError):
-    """The library cannot express this case; the message says why (the runner reports it unsupported)."""
+class Unsupported(_ProtocolUnsupported):
+    """The library cannot express this case; the message says why (the runner reports it unsupported).
+
+    ``reason`` is the protocol's key: ``"config"`` (default: this config or input is not expressible),
+    ``"operation"`` (the library has no such operation) or ``"dtype"``.
+    """
+
+    def __init__(self, message: str = "", reason: str = "config") -> None:
+        super().__init__(message, reason)
 
 
 def dist_version(distribution: str) -> str:
@@ -85,14 +95,15 @@ class Peer(Backend):
     Subclasses set ``peer`` (registry name), ``distribution`` (for the version), ``precisions``
     (short names it runs at), and implement ``_inv_freq``, ``_attention_factor``, ``_cos_sin``,
     ``_apply``, ``_apply_vjp`` where the library offers them; ``policies(io)`` returns the honest
-    :class:`PrecisionPolicy` of each operation at I/O dtype ``io``. ``oracle_table_ops`` names the
-    operations whose cos/sin tables come from rope_ref (their passes are not the library's own).
+    :class:`PrecisionPolicy` of each operation at I/O dtype ``io`` (the protocol's ``precision_by_op``).
+    ``oracle_tables`` names the operations whose cos/sin tables come from rope_ref (the runner reports
+    their passes as borrowed, not as the library's own).
     """
 
     peer = "peer"
     distribution = ""
     precisions: tuple[str, ...] = ("fp32",)
-    oracle_table_ops: frozenset[str] = frozenset()
+    oracle_tables: frozenset[str] = frozenset()
     #: op -> why the library cannot do it (reported as unsupported)
     cannot: dict[str, str] = {}
     #: free-text notes shown on the ecosystem page (how the adapter drives the library)
@@ -106,8 +117,8 @@ class Peer(Backend):
         self.io = PRECISION_ALIASES[short]
         self.name = self.peer
         self.version = dist_version(self.distribution) if self.distribution else "?"
-        self._policies = self.policies(self.io)
-        self._op = "apply"
+        self.precision_by_op = self.policies(self.io)
+        self.precision = self.precision_by_op["apply"]
 
     # -- precision per operation ----------------------------------------------------------------------
     def policies(self, io: str) -> dict[str, PrecisionPolicy]:
@@ -115,17 +126,12 @@ class Peer(Backend):
         p = PrecisionPolicy(io, "float32", io)
         return dict.fromkeys(OPS, p)
 
-    @property
-    def precision(self) -> PrecisionPolicy:  # type: ignore[override]
-        return self._policies.get(self._op, self._policies["apply"])
-
     # -- the protocol, routed to the _op methods ------------------------------------------------------
     def _route(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        self._op = op
         if op in NOT_LIBRARY_OPS:
-            raise Unsupported(NOT_LIBRARY_OPS[op])
+            raise Unsupported(NOT_LIBRARY_OPS[op], "operation")
         if op in self.cannot:
-            raise Unsupported(self.cannot[op])
+            raise Unsupported(self.cannot[op], "operation")
         return getattr(self, "_" + op)(*args, **kwargs)
 
     def inv_freq(self, cfg, seq_len=None):
@@ -149,11 +155,14 @@ class Peer(Backend):
     def chatglm_apply_2d(self, x, position_ids, block_position_ids, **_: Any):
         return self._route("chatglm_apply_2d")
 
+    def chatglm_next_position_ids(self, input_ids, **_: Any):
+        return self._route("chatglm_next_position_ids")
+
     def decay_upper_bound(self, distances, cfg):
         return self._route("decay_upper_bound")
 
     def _unsupported(self, op: str) -> Any:
-        raise Unsupported(f"{self.peer} has no public API for {op}")
+        raise Unsupported(f"{self.peer} has no public API for {op}", "operation")
 
     def _inv_freq(self, cfg, seq_len):
         return self._unsupported("inv_freq")

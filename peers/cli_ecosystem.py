@@ -34,6 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--check", action="store_true", help="exit 1 on unexplained failures or stale findings"
     )
     parser.add_argument("--no-write", action="store_true", help="print the summary only")
+    parser.add_argument(
+        "--export-xfails",
+        default=None,
+        metavar="DIR",
+        help="also write each peer's findings as DIR/<peer>-<precision>.json, for "
+        "'rope-ref conformance run --backend <peer> --xfails FILE'",
+    )
     parser.add_argument("-q", "--quiet", action="store_true")
 
 
@@ -61,7 +68,6 @@ def run_peer(name: str, precision: str, cases, *, timeout: float = 60.0) -> dict
     findings = load_findings(name)
     runner = Runner(backend, timeout=timeout, spec=name, precision=precision)
     report = runner.run(cases)  # classified below (bug class and min_position too, which --xfails lacks)
-    oracle_ops = getattr(backend, "oracle_table_ops", frozenset())
     counts = dict.fromkeys(
         ("passed", "passed_oracle_tables", "known_failures", "unexplained", "unsupported", "skipped"), 0
     )
@@ -82,12 +88,14 @@ def run_peer(name: str, precision: str, cases, *, timeout: float = 60.0) -> dict
                 failures.append({"case": r.case_id, "finding": f.id})
                 verdict = "known"
         elif status in ("passed", "xpassed"):
-            verdict = "passed_oracle_tables" if r.op in oracle_ops else "passed"
+            verdict = "passed_oracle_tables" if getattr(r, "borrowed", False) else "passed"
             counts[verdict] += 1
         elif status == "unsupported":
             counts["unsupported"] += 1
             verdict = "unsupported"
             reason = " ".join(r.message.split(": ", 1)[-1].split())
+            why = getattr(r, "unsupported_reason", "")
+            reason = f"[{why}] {reason}" if why else reason
             reasons[reason] = reasons.get(reason, 0) + 1
         else:
             counts["skipped"] += 1
@@ -98,7 +106,7 @@ def run_peer(name: str, precision: str, cases, *, timeout: float = 60.0) -> dict
         "peer": name,
         "version": backend.version,
         "precision": precision,
-        "policy": {op: vars(backend._policies[op]) for op in ("inv_freq", "apply")},
+        "policy": {op: vars(backend.precision_by_op[op]) for op in ("inv_freq", "apply")},
         "notes": list(getattr(backend, "notes", ())),
         "counts": counts,
         "known_failures": failures,
@@ -283,6 +291,14 @@ def run(args: argparse.Namespace) -> int:
     }
     page = {"meta": meta, **body}
     bad = [r for r in body["runs"] if r["unexplained"] or r["stale_findings"]]
+    if args.export_xfails:
+        from ._findings import load_findings, write_xfails_json
+
+        xdir = Path(args.export_xfails)
+        xdir.mkdir(parents=True, exist_ok=True)
+        for r in body["runs"]:
+            target = xdir / f"{r['peer'].replace(':', '_')}-{r['precision']}.json"
+            write_xfails_json(load_findings(r["peer"]), r["precision"], target)
     if not args.no_write:
         out.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(page, indent=2, sort_keys=False) + "\n", encoding="utf-8")

@@ -63,9 +63,7 @@ class GpuPeer(Peer):
         self.library = library
         self.peer = library
         self.distribution = _IMPORT[library][1]
-        self.oracle_table_ops = (
-            frozenset({"apply", "apply_vjp"}) if library in _ORACLE_TABLES else frozenset()
-        )
+        self.oracle_tables = frozenset({"apply", "apply_vjp"}) if library in _ORACLE_TABLES else frozenset()
         self.cannot = {
             "inv_freq": f"{library} exposes no inverse-frequency function",
             "attention_factor": f"{library} exposes no attention factor",

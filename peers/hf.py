@@ -134,12 +134,14 @@ class HFPeer(Peer):
 
     def _inv_freq(self, cfg, seq_len):
         if self.family == "gptj":
-            raise Unsupported("GPT-J exposes no inverse-frequency function (only the sin/cos table)")
+            raise Unsupported(
+                "GPT-J exposes no inverse-frequency function (only the sin/cos table)", "operation"
+            )
         return self._init(cfg, seq_len)[0]
 
     def _attention_factor(self, cfg, seq_len):
         if self.family == "gptj":
-            raise Unsupported("GPT-J has no attention factor")
+            raise Unsupported("GPT-J has no attention factor", "operation")
         return float(self._init(cfg, seq_len)[1])
 
     # -- cos/sin and rotation ---------------------------------------------------------------------------

@@ -132,7 +132,9 @@ class MlxPeer(Peer):
 
         freqs = getattr(self._rope(cfg), "_freqs", None)
         if freqs is None:
-            raise Unsupported("this mlx-lm rope module computes its frequencies inside mx.fast.rope")
+            raise Unsupported(
+                "this mlx-lm rope module computes its frequencies inside mx.fast.rope", "operation"
+            )
         return 1.0 / freqs.astype(mx.float32)
 
     def _attention_factor(self, cfg, seq_len):
@@ -140,7 +142,9 @@ class MlxPeer(Peer):
         for attr in ("mscale", "_scale"):
             if hasattr(rope, attr):
                 return float(getattr(rope, attr))
-        raise Unsupported("this mlx-lm rope module applies no attention factor (no attribute to read)")
+        raise Unsupported(
+            "this mlx-lm rope module applies no attention factor (no attribute to read)", "operation"
+        )
 
     def _rotate(self, x, pos: np.ndarray, cfg, seq_len=None):
         import mlx.core as mx

@@ -26,7 +26,7 @@ from rope_ref.conformance.protocol import PrecisionPolicy
 
 from ._glue import OPS, Peer, tokens
 
-__all__ = ["OnnxPeer", "make_backend", "available", "describe"]
+__all__ = ["OnnxPeer", "make_backend", "available"]
 
 _DIST = {"onnxruntime": "onnxruntime", "onnxruntime:contrib": "onnxruntime", "onnx-reference": "onnx"}
 _NO_TABLES = "ONNX has no frequency operation: inv_freq, attention factor and cos/sin are the caller's inputs"
@@ -54,7 +54,7 @@ def _np_dtype(io: str):
 class OnnxPeer(Peer):
     """One-node ONNX models of the rotary op; tables from the oracle."""
 
-    oracle_table_ops = frozenset({"apply"})
+    oracle_tables = frozenset({"apply"})
     cannot = {
         "inv_freq": _NO_TABLES,
         "attention_factor": _NO_TABLES,
@@ -174,10 +174,6 @@ class OnnxPeer(Peer):
         }
         out = self._run((d, rd, cfg.layout == "interleaved"), feeds)
         return np.asarray(out).reshape(*lead, d)
-
-
-def describe(flavour: str = "onnxruntime", **_: Any) -> dict[str, Any]:
-    return {"distribution": _DIST[flavour], "oracle_tables": True}
 
 
 def make_backend(precision: str | None = None, flavour: str = "onnxruntime") -> OnnxPeer:

@@ -31,7 +31,7 @@ from rope_ref.conformance.tolerance import PHASE_SLACK, ROUND_SLACK, UNIT_ROUNDO
 
 import rope_ref
 from rope_ref import RopeConfig, mrope, multiaxis, vision_rope
-from rope_ref.scaling import YaRN
+from rope_ref.scaling import DynamicNTK, YaRN
 
 HERE = Path(__file__).resolve().parent / "cuda_host"
 SOURCE = Path(plan_mod.__file__).with_name("rope_kernels.cu")
@@ -202,9 +202,11 @@ def bits(y) -> np.ndarray:
     return a.view(np.uint32 if a.dtype.itemsize == 4 else np.uint16)
 
 
-def tolerance(x: np.ndarray, pos: np.ndarray, spec: multiaxis.MultiAxisRope, io: str) -> np.ndarray:
+def tolerance(
+    x: np.ndarray, pos: np.ndarray, spec: multiaxis.MultiAxisRope, io: str, seq_len=None
+) -> np.ndarray:
     """Per-element bound of the conformance model for float32 angles and compute (module docstring)."""
-    phi, amp = spec.pair_frequencies()
+    phi, amp = spec.pair_frequencies(seq_len)
     lead = x.shape[:-1]
     m = np.moveaxis(np.asarray(pos, dtype=np.float64), 0, -1)[..., list(spec.streams)]
     m = np.broadcast_to(m.reshape((1,) * (len(lead) - (m.ndim - 1)) + m.shape), lead + (spec.n_pairs,))
@@ -329,25 +331,28 @@ def test_inplace_strided_and_broadcast_streams(host, dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_vjp_and_per_stream_attention_factors(host, dtype) -> None:
+def test_vjp_per_stream_factors_and_length_dependent_tables(host, dtype) -> None:
     cb = host.cb
     plain = RopeConfig(32, layout="interleaved")
     yarn = RopeConfig(32, layout="interleaved", scaling=YaRN(4.0, 2048))
+    ntk = RopeConfig(32, layout="interleaved", scaling=DynamicNTK(2.0, 1024))
     spec = multiaxis.MultiAxisRope(
-        32, layout="interleaved", streams=(0,) * 6 + (1,) * 10, tables=(plain, yarn)
+        32, layout="interleaved", streams=(0,) * 4 + (1,) * 6 + (2,) * 6, tables=(plain, yarn, ntk)
     )
     assert set(spec.pair_frequencies()[1]) == {1.0, rope_ref.attention_factor(yarn)} != {1.0}
     rng = np.random.default_rng(6)
     xd = to_io(cb, rng.standard_normal((7, 3, 32)).astype(np.float32), dtype)
     xq = values(xd)
     pos = streams_positions(rng, spec, (7, 1))
-    y = cb.multiaxis_apply(xd, pos, spec, seq_len=9000)
-    want = multiaxis.apply(xq, pos, spec, seq_len=9000)
-    tol = tolerance(xq, pos, spec, dtype)
-    assert np.all(np.abs(values(y) - want) <= tol)
-    g = cb.multiaxis_apply_vjp(xd, pos, spec, seq_len=9000)  # A R^T: the rotation by the negated angle
-    want = multiaxis.apply(xq, -pos, spec, seq_len=9000)
-    assert np.all(np.abs(values(g) - want) <= tolerance(xq, -pos, spec, dtype))
+    pos[0, 2, 0] = 9000  # the dynamic-NTK table depends on max(positions) + 1 over *all* streams
+    for seq_len in (None, 12000):
+        y = cb.multiaxis_apply(xd, pos, spec, seq_len=seq_len)
+        want = multiaxis.apply(xq, pos, spec, seq_len=seq_len)
+        assert np.all(np.abs(values(y) - want) <= tolerance(xq, pos, spec, dtype, seq_len))
+    # The VJP A R^T g is the rotation by the negated angle, at the forward's length.
+    g = cb.multiaxis_apply_vjp(xd, pos, spec, seq_len=9001)
+    want = multiaxis.apply(xq, -pos, spec, seq_len=9001)
+    assert np.all(np.abs(values(g) - want) <= tolerance(xq, -pos, spec, dtype, 9001))
 
 
 def test_bad_arguments_name_the_argument(host) -> None:

@@ -186,13 +186,18 @@ def test_chatglm_2d_is_two_half_head_ropes_bit_for_bit() -> None:
     assert torch.equal(y, want)
 
 
-def test_per_stream_tables_and_length_dependent_scaling() -> None:
+def mixed_spec() -> multiaxis.MultiAxisRope:
+    """Three streams, three tables: plain, YaRN (attention factor != 1), dynamic NTK (length-dependent)."""
     plain = RopeConfig(48, layout="interleaved", rotary_dim=32)
     yarn = RopeConfig(48, layout="interleaved", rotary_dim=32, scaling=YaRN(4.0, 2048))
     ntk = RopeConfig(48, layout="interleaved", rotary_dim=32, scaling=DynamicNTK(2.0, 1024))
-    spec = multiaxis.MultiAxisRope(48, layout="interleaved", streams=(0,) * 4 + (1,) * 6 + (2,) * 6,
-                                   tables=(plain, yarn, ntk), freq_index=tuple(range(16)))  # fmt: skip
     assert rope_ref.attention_factor(yarn) != 1.0
+    return multiaxis.MultiAxisRope(48, layout="interleaved", streams=(0,) * 4 + (1,) * 6 + (2,) * 6,
+                                   tables=(plain, yarn, ntk), freq_index=tuple(range(16)))  # fmt: skip
+
+
+def test_per_stream_tables_and_length_dependent_scaling() -> None:
+    spec = mixed_spec()
     rng = np.random.default_rng(7)
     x = rng.standard_normal((6, 2, 48))
     pos = positions(rng, spec, (6, 1))
@@ -215,12 +220,13 @@ def test_gradcheck_in_float64(name, autograd) -> None:
     x = torch.tensor(rng.standard_normal((2, 3, spec.head_dim)), requires_grad=True)
     pos = torch.tensor(positions(rng, spec, (2, 3)))
 
-    def f(t):
-        return multiaxis_apply(t, pos, spec, angle_dtype=torch.float64, autograd=autograd)
+    def f(t, p=pos):
+        return multiaxis_apply(t, p, spec, angle_dtype=torch.float64, autograd=autograd)
 
     assert torch.autograd.gradcheck(f, (x,))
     if autograd == "function" and name in ("chatglm-6b", "pixtral"):  # double backward (blocks, gather)
-        assert torch.autograd.gradgradcheck(f, (x[:1, :2].detach().requires_grad_(),))
+        small = x[:1, :2].detach().requires_grad_()
+        assert torch.autograd.gradgradcheck(lambda t: f(t, pos[:, :1, :2]), (small,))
     # The gradient is the inverse rotation: the oracle at the negated positions.
     g = torch.tensor(rng.standard_normal(tuple(x.shape)))
     (gx,) = torch.autograd.grad(f(x), x, g)
@@ -250,6 +256,17 @@ def test_torch_compile_fullgraph_forward_and_backward() -> None:
         (gx,) = torch.autograd.grad(y, x, g)
         (ge,) = torch.autograd.grad(f(x, pos), x, g)
         torch.testing.assert_close(gx, ge, rtol=1e-5, atol=1e-5)
+    # Per-stream tables with a length-dependent scaling and a changing seq_len (a symbolic int: the
+    # frequency table and the attention factors are runtime values of the graph, no recompile per length).
+    spec = mixed_spec()
+    compiled = torch.compile(
+        lambda t, p, n: multiaxis_apply(t, p, spec, seq_len=n, angle_dtype=torch.float64), fullgraph=True
+    )
+    x = rng.standard_normal((6, 2, 48))
+    pos = positions(rng, spec, (6, 1))
+    for n in (3000, 5000, 9000):
+        got = compiled(torch.tensor(x), torch.tensor(pos), n).numpy()
+        assert worst_ratio(x, pos, spec, got, "float64", "float64", seq_len=n) <= 1.0
 
 
 def test_bad_arguments_name_the_argument() -> None:
