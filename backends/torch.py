@@ -35,6 +35,7 @@ __all__ = [
     "chatglm_position_ids",
     "chatglm_apply_2d",
     "decay_upper_bound",
+    "multiaxis_apply",
     "TorchBackend",
     "POLICIES",
     "make_backend",
@@ -46,7 +47,7 @@ if _torch is not None:
     from ._torch_core import RotateFunction, rotate_reference
     from ._torch_extras import chatglm_apply_2d, chatglm_position_ids, decay_upper_bound
     from ._torch_module import RotaryEmbedding, apply, apply_rotary_pos_emb, rotate
-    from ._torch_multiaxis import multiaxis_apply  # noqa: F401  (issue 20; docs/backends/torch.md)
+    from ._torch_multiaxis import multiaxis_apply  # issue 20; docs/backends/torch.md
 
 
 def available(device: str = "cpu", kernel: str = "torch", **_: Any) -> tuple[bool, str]:

@@ -46,8 +46,17 @@ class BackendUnavailable(RuntimeError):
 
 
 def builtin_names() -> list[str]:
-    """Built-in backend names (``array-api:<module>`` is a pattern, listed as such)."""
-    return list(_BUILTINS) + [_ARRAY_API_PREFIX + "<module>"]
+    """Built-in backend names (``array-api:<module>`` is a pattern, listed as such), then the peers."""
+    return list(_BUILTINS) + [_ARRAY_API_PREFIX + "<module>"] + list(_peer_names())
+
+
+def _peer_names() -> tuple[str, ...]:
+    """Names of the built-in peer adapters (``rope_ref.peers``: other projects' RoPE under test)."""
+    try:
+        from rope_ref.peers import PEERS
+    except ImportError:
+        return ()
+    return tuple(PEERS)
 
 
 def _from_module(module_name: str, options: dict[str, Any], precision: str | None) -> Backend:
@@ -124,6 +133,10 @@ def get_backend(name: str, precision: str | None = None) -> Backend:
             raise ValueError("backend 'array-api:' needs a module name, e.g. array-api:array_api_strict")
         _require_module(name, target)
         return _from_module("rope_ref.backends.array_api", {"namespace": target}, precision)
+    if name in _peer_names():
+        from rope_ref.peers import get_peer  # raises BackendUnavailable with the reason
+
+        return get_peer(name, precision)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             return _instantiate(ep.load(), name, precision)

@@ -112,3 +112,34 @@ def test_results_page_matches_its_json():
         pytest.skip("no results page in this checkout")
     page = json.loads((results / "ecosystem.json").read_text(encoding="utf-8"))
     assert cli.render_md(page) == (results / "ecosystem.md").read_text(encoding="utf-8")
+
+
+def test_glue_layout_bridge_and_probes_against_the_oracle():
+    """_glue's permutation, prefill plan and unit-vector probe, checked with rope_ref itself (no library)."""
+    import numpy as np
+
+    import rope_ref
+
+    glue = importlib.import_module(peers.__name__ + "._glue")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 40))
+    pos = np.array([0, 3, 3, 17, 250])
+    half = rope_ref.RopeConfig(40, layout="half", rotary_dim=24)
+    inter = rope_ref.RopeConfig(40, layout="interleaved", rotary_dim=24)
+    perm = glue.layout_permutation(24, 40)
+    y = rope_ref.apply(x[:, perm], pos, inter)[:, np.argsort(perm)]
+    np.testing.assert_allclose(y, rope_ref.apply(x, pos, half), rtol=0, atol=1e-12)
+
+    length, batch, slots = glue.prefill_plan(pos, 40)
+    assert (length, batch) == (251, 2)  # position 3 appears twice: two batch rows
+    assert len({(int(s), int(p)) for s, p in zip(slots, pos, strict=True)}) == pos.size  # no collisions
+    assert glue.prefill_plan(pos, 40, cap=1000) is None
+
+    for cfg in (half, inter):
+        rows = np.repeat(pos, cfg.rotary_dim // 2)
+        cos, sin = glue.probe_cos_sin(
+            lambda e, c=cfg, r=rows: rope_ref.apply(e.reshape(-1, 40), r, c).reshape(e.shape), pos.size, cfg
+        )
+        want_cos, want_sin = rope_ref.cos_sin(pos.astype(float), cfg)
+        np.testing.assert_allclose(cos, want_cos, atol=1e-12)
+        np.testing.assert_allclose(sin, want_sin, atol=1e-12)

@@ -269,6 +269,20 @@ def test_torch_compile_fullgraph_forward_and_backward() -> None:
         assert worst_ratio(x, pos, spec, got, "float64", "float64", seq_len=n) <= 1.0
 
 
+def test_tables_match_the_oracle_cos_sin() -> None:
+    from rope_ref.backends._torch_multiaxis import multiaxis_tables
+
+    spec = mixed_spec()
+    rng = np.random.default_rng(10)
+    pos = positions(rng, spec, (4, 5))
+    cos, sin = multiaxis_tables(torch.tensor(pos), spec, angle_dtype=torch.float64)
+    want_cos, want_sin = multiaxis.cos_sin(pos, spec)
+    phi, amp = spec.pair_frequencies(int(pos.max()) + 1)
+    m = np.moveaxis(pos, 0, -1)[..., list(spec.streams)]
+    bound = amp * (np.abs(m * phi) + 4) * 2.0**-53  # the product's rounding, cos/sin and factor ulps
+    assert np.all(np.abs(cos.numpy() - want_cos) <= bound) and np.all(np.abs(sin.numpy() - want_sin) <= bound)
+
+
 def test_bad_arguments_name_the_argument() -> None:
     spec = presets()["qwen2-vl"]
     x = torch.zeros(2, 128)

@@ -17,6 +17,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "decay": ("rope_ref.cli.decay", "plot RoFormer's long-term decay bound for one or more configs"),
     "conformance": ("rope_ref.conformance.cli_run", "run the conformance suite against a backend"),
     "golden": ("rope_ref.conformance.cli_golden", "generate or verify golden vectors (safetensors + JSON)"),
+    "ecosystem": (
+        "rope_ref.peers.cli_ecosystem",
+        "run the suite against every installed peer library and write docs/results/ecosystem.md",
+    ),
 }
 
 
