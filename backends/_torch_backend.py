@@ -154,3 +154,47 @@ class TorchBackend(Backend):
 
     def decay_upper_bound(self, distances, cfg):
         return decay_upper_bound(distances, cfg, dtype=self._angle)
+
+    # -- multi-axis operations (issue 20) --------------------------------------------------------------
+    #: The id builders and the MLA softmax scale are the oracle's (integer bookkeeping and one scalar,
+    #: no torch code of their own): their passes are reported as borrowed.
+    oracle_tables = frozenset({"mrope_position_ids", "mrope_decode_ids", "vision_ids", "mla_softmax_scale"})
+
+    def multiaxis_apply(self, x, positions, spec):
+        from ._torch_multiaxis import multiaxis_apply
+
+        return multiaxis_apply(x, positions, spec, angle_dtype=self._angle, autograd=self.autograd)
+
+    def mrope_position_ids(self, input_ids, image_grid_thw, video_grid_thw, attention_mask, seconds, **kw):
+        from rope_ref import mrope
+
+        grids = (image_grid_thw, video_grid_thw, attention_mask)
+        host = [None if a is None else self.to_numpy(a) for a in grids]
+        ids, deltas = mrope.position_ids(
+            self.to_numpy(input_ids),
+            *host,
+            second_per_grid_ts=None if seconds is None else self.to_numpy(seconds),
+            **kw,
+        )
+        return torch.from_numpy(ids).to(self._device), torch.from_numpy(deltas).to(self._device)
+
+    def mrope_decode_ids(self, deltas, *, cache_position, n_new):
+        from rope_ref import mrope
+
+        ids = mrope.decode_position_ids(self.to_numpy(deltas), cache_position, n_new)
+        return torch.from_numpy(ids).to(self._device)
+
+    def vision_ids(self, grids, *, convention, spatial_merge_size):
+        from rope_ref import vision_rope
+
+        g = self.to_numpy(grids)
+        if convention == "qwen2-vl":
+            ids = vision_rope.qwen2_vl_ids(g, spatial_merge_size)
+        else:
+            ids = vision_rope.pixtral_ids(g)
+        return torch.from_numpy(ids).to(self._device)
+
+    def mla_softmax_scale(self, cfg):
+        from rope_ref import mla
+
+        return mla.softmax_scale(cfg)

@@ -349,6 +349,10 @@ class ArrayAPIBackend(Backend):
         emb = xp.astype(xp.concat([freqs16, freqs16], axis=-1), widest_float(xp, device))
         return xp.astype(xp.cos(emb), f16), xp.astype(xp.sin(emb), f16)
 
+    def multiaxis_apply(self, x, positions, spec):
+        """Issue 20: :func:`multiaxis_apply` below (the id builders and the MLA scale stay unsupported)."""
+        return multiaxis_apply(x, positions, spec)
+
     def decay_upper_bound(self, distances, cfg):
         """RoFormer §3.4.3: (1/(d/2)) sum_{j=1}^{d/2} |S_j(r)|, S_j = sum_{i<j} e^{i r theta_i}.
 

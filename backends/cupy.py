@@ -521,6 +521,10 @@ class CupyBackend(Backend):
 
         return apply_2d(x, position_ids, block_position_ids, base=base, precision=precision)
 
+    def multiaxis_apply(self, x, positions, spec):
+        """Issue 20: the fused multi-axis kernel (the id builders and the MLA scale stay unsupported)."""
+        return multiaxis_apply(x, positions, spec, inplace=self.inplace)
+
     def decay_upper_bound(self, distances, cfg):
         from ._cupy_extras import relative_upper_bound
 

@@ -1,6 +1,9 @@
 """The PyTorch adapter (``rope_ref.backends.torch``; conformance names ``torch`` and ``torch:cuda``).
 
-Public API: :func:`apply` (functional), :class:`RotaryEmbedding` (``nn.Module`` with a cos/sin cache),
+Public API: :func:`apply` (functional; ``axes=``, ``offset=``, ``cu_seqlens=``, ``inverse=``, ``inplace=``),
+:func:`apply_qk` (q and k with different head counts, one table build), :func:`apply_qkv` /
+:func:`split_qkv` (packed ``(..., Hq + 2 Hk, D)``, V untouched),
+:class:`RotaryEmbedding` (``nn.Module`` with a cos/sin cache),
 :func:`rotate` / :func:`apply_rotary_pos_emb` (with precomputed half-width tables, HF drop-in),
 :class:`RotateFunction` (autograd with the inverse rotation as backward), and the conformance backend
 :class:`TorchBackend` with :func:`make_backend` / :func:`available`. See ``docs/backends/torch.md``.
@@ -27,6 +30,9 @@ else:
 
 __all__ = [
     "apply",
+    "apply_qk",
+    "apply_qkv",
+    "split_qkv",
     "rotate",
     "apply_rotary_pos_emb",
     "RotaryEmbedding",
@@ -46,7 +52,8 @@ if _torch is not None:
     from ._torch_backend import POLICIES, TorchBackend
     from ._torch_core import RotateFunction, rotate_reference
     from ._torch_extras import chatglm_apply_2d, chatglm_position_ids, decay_upper_bound
-    from ._torch_module import RotaryEmbedding, apply, apply_rotary_pos_emb, rotate
+    from ._torch_kernels import apply, apply_qk, apply_qkv, split_qkv  # issue 16
+    from ._torch_module import RotaryEmbedding, apply_rotary_pos_emb, rotate
     from ._torch_multiaxis import multiaxis_apply  # issue 20; docs/backends/torch.md
 
 

@@ -15,13 +15,21 @@ GPU (when CUDA is available): bf16 q and k of shape (4, 4096, 32, 128) each; HF 
 
 ``--cpu-compiled`` adds ``torch.compile`` of ``rt.apply`` to the CPU forward tables (compiles first).
 
-Usage: ``python benchmarks/bench_torch.py [--rounds N] [--json FILE] [--cpu-only] [--cpu-compiled]``.
+GQA q+k (issue 16; always, on CPU, and on CUDA when available): q (1, 2048, 32, 128) and k
+(1, 2048, 8, 128) in bf16 and fp32, half layout. Candidates: the clone floor of q and k together,
+two separate original ``rt.apply`` calls, two ``rt.apply(..., axes="bshd")`` calls, the fused
+``rt.apply_qk`` (one table build) and ``rt.apply_qk(..., inplace=True)``. ``--gqa-only`` runs just
+this table; ``--threads N`` sets ``torch.set_num_threads``. The load average is printed with the table.
+
+Usage: ``python benchmarks/bench_torch.py [--rounds N] [--json FILE] [--cpu-only] [--cpu-compiled]
+[--gqa-only] [--threads N]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -72,15 +80,23 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def side_by_side(cands: dict[str, Callable[[], object]], rounds: int, device: str) -> dict[str, float]:
-    """Median seconds of each candidate, run round-robin (one call of each per round) after a warm-up."""
+def side_by_side(
+    cands: dict[str, Callable[[], object]], rounds: int, device: str, rotate: bool = False
+) -> dict[str, float]:
+    """Median seconds of each candidate, run round-robin (one call of each per round) after a warm-up.
+
+    ``rotate``: round ``r`` starts with candidate ``r mod n``, so no candidate always follows the same
+    one (a candidate that frees large temporaries otherwise slows the next one's allocations).
+    """
     for fn in cands.values():
         fn()
         fn()
     _sync(device)
     times: dict[str, list[float]] = {name: [] for name in cands}
-    for _ in range(rounds):
-        for name, fn in cands.items():
+    order = list(cands.items())
+    for r in range(rounds):
+        shift = r % len(order) if rotate else 0
+        for name, fn in order[shift:] + order[:shift]:
             _sync(device)
             t0 = time.perf_counter()
             fn()
@@ -200,24 +216,49 @@ def gpu_bench(rounds: int, dev: str = "cuda", shape: tuple[int, ...] = (4, 4096,
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--cpu-only", action="store_true")
-    parser.add_argument("--cpu-compiled", action="store_true", help="also time torch.compile on CPU")
-    args = parser.parse_args()
-    info = {
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "machine": platform.processor() or platform.machine(),
-    }
-    rows = cpu_bench(args.rounds, args.cpu_compiled)
-    if not args.cpu_only and torch.cuda.is_available():
-        rows += gpu_bench(args.rounds)
-    elif not args.cpu_only:
-        print("no CUDA device: GPU benchmark skipped")
-    print(json.dumps(info))
+def gqa_bench(
+    rounds: int, dev: str = "cpu", s: int = 2048, hq: int = 32, hk: int = 8, d: int = 128
+) -> list[dict]:
+    """GQA q+k: the fused ``apply_qk`` against two separate ``apply`` calls and the clone floor."""
+    torch.manual_seed(0)
+    cfg = rope_ref.RopeConfig(d, layout="half")
+    ids = torch.arange(s, device=dev)
+    rows = []
+    for dtype in (torch.bfloat16, torch.float32):
+        q = torch.randn((1, s, hq, d), device=dev).to(dtype)
+        k = torch.randn((1, s, hk, d), device=dev).to(dtype)
+        qi, ki = q.clone(), k.clone()  # rotated in place over and over (a rotation keeps norms)
+        cands = {
+            "clone_q_k": lambda q=q, k=k: (q.clone(), k.clone()),
+            "two_apply_original": lambda q=q, k=k: (
+                rt.apply(q, ids[:, None], cfg),
+                rt.apply(k, ids[:, None], cfg),
+            ),
+            "two_apply_axes": lambda q=q, k=k: (
+                rt.apply(q, ids, cfg, axes="bshd"),
+                rt.apply(k, ids, cfg, axes="bshd"),
+            ),
+            "apply_qk": lambda q=q, k=k: rt.apply_qk(q, k, ids, cfg, axes="bshd"),
+            "apply_qk_inplace": lambda q=qi, k=ki: rt.apply_qk(q, k, ids, cfg, axes="bshd", inplace=True),
+        }
+        t = side_by_side(cands, rounds, dev, rotate=True)
+        for name, sec in t.items():
+            rows.append(
+                {
+                    "device": dev,
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "case": f"gqa q+k Hq {hq} Hk {hk} D {d} S {s}",
+                    "impl": name,
+                    "ms": sec * 1e3,
+                    "x_clone_floor": sec / t["clone_q_k"],
+                    "two_original_over_this": t["two_apply_original"] / sec,
+                    "two_axes_over_this": t["two_apply_axes"] / sec,
+                }
+            )
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
     keys = list(dict.fromkeys(k for r in rows for k in r))
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
@@ -229,6 +270,39 @@ def main() -> None:
             )
             + " |"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--cpu-only", action="store_true")
+    parser.add_argument("--cpu-compiled", action="store_true", help="also time torch.compile on CPU")
+    parser.add_argument("--gqa-only", action="store_true", help="only the GQA q+k table")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    info = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(),
+        "load_average_before": os.getloadavg(),
+    }
+    rows = [] if args.gqa_only else cpu_bench(args.rounds, args.cpu_compiled)
+    gqa = gqa_bench(args.rounds)
+    if not args.cpu_only and torch.cuda.is_available():
+        if not args.gqa_only:
+            rows += gpu_bench(args.rounds)
+        gqa += gqa_bench(args.rounds, "cuda")
+    elif not args.cpu_only:
+        print("no CUDA device: GPU benchmark skipped")
+    info["load_average_after"] = os.getloadavg()
+    print(json.dumps(info))
+    if rows:
+        print_table(rows)
+    print_table(gqa)
+    rows += gqa
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"info": info, "rows": rows}, fh, indent=1)

@@ -24,6 +24,11 @@ OPS = (
     "chatglm_apply_2d",
     "decay_upper_bound",
     "chatglm_next_position_ids",
+    "multiaxis_apply",
+    "mrope_position_ids",
+    "mrope_decode_ids",
+    "vision_ids",
+    "mla_softmax_scale",
 )
 
 

@@ -93,6 +93,23 @@ BUG_CLASSES: dict[str, str] = {
     "row counts not multiples of 32/64/128, several hundred rows)",
     "chatglm_incremental": "ChatGLM-6B incremental decoding ids (next_position_ids) wrong: stale block "
     "id, [MASK] and [gMASK] in one row, left padding",
+    "mrope_pairing_flag": "the pairing flag ignored in the multi-axis path: GLM-4V's interleaved pairs "
+    "rotated as rotate_half (vLLM #49290, vllm-ascend #12765)",
+    "mrope_section_order": "mrope_section applied to the streams in the wrong order (H, T, W)",
+    "mrope_interleaved_vs_blocked": "Qwen3-VL's interleaved M-RoPE (pairs cycle T, H, W) read as blocked "
+    "sections (vLLM PR #40680)",
+    "mrope_partial_rotary": "partial_rotary_factor dropped in the M-RoPE path: every channel rotated "
+    "(maxtext #4616)",
+    "vision_merge_window_order": "ViT patch ids of Qwen2-VL listed row-major instead of in merge-window "
+    "order (or Pixtral's row-major ids reordered)",
+    "mrope_temporal_scaling": "Qwen2.5-VL video time ids not scaled by second_per_grid_ts x "
+    "tokens_per_second, or the product truncated too early",
+    "mrope_left_padding": "M-RoPE ids computed on left-padded rows as if the padding were text",
+    "mrope_decode_deltas": "mrope_position_deltas ignored when decoding: new tokens get cache_position + j",
+    "mla_second_mscale": "DeepSeek MLA softmax scale without the second YaRN correction "
+    "mscale(f, mscale_all_dim)^2, squared twice or with the wrong mscale (HF PR #47435, Megatron #1429, "
+    "llama.cpp #7118)",
+    "mla_rope_yarn": "DeepSeek MLA rope part (interleaved, YaRN) wrong beyond the original context",
 }
 
 _CLIP = 4.0
@@ -193,6 +210,12 @@ def evaluate(
     """Expected tensors of one case, from the float64 oracle (``rope_ref``)."""
     import rope_ref
 
+    from .multimodal import MULTIMODAL_OPS
+
+    if op in MULTIMODAL_OPS:
+        from . import multimodal
+
+        return multimodal.evaluate(op, inputs, params)
     if op in ("chatglm_position_ids", "chatglm_apply_2d", "chatglm_next_position_ids"):
         from rope_ref import chatglm
 
@@ -239,8 +262,13 @@ def auxiliary(
     For ``cos_sin``, ``apply`` and ``apply_vjp``: ``inv_freq`` (the scaled inverse frequencies,
     ``(rotary_dim/2,)``) and ``attention_factor`` (``()``) at the case's resolved ``seq_len``, so that
     a reader in another language can compute the tolerance (``docs/golden-format.md`` §4) without
-    reimplementing the scalings. Other ops: nothing.
+    reimplementing the scalings. ``multiaxis_apply``: ``pair_inv_freq`` and ``pair_attention_factor``
+    (``(n_pairs,)``: each pair's frequency and attention factor). Other ops: nothing.
     """
+    if op == "multiaxis_apply":
+        from .multimodal import pair_aux
+
+        return pair_aux(inputs, params)
     if op not in AUX_OPS:
         return {}
     import rope_ref
@@ -1531,6 +1559,231 @@ def _tails() -> list[Case]:
     return cases
 
 
+# -- multi-axis RoPE: M-RoPE, 2D vision ids, DeepSeek MLA (issue 20; docs/multimodal.md §10) ----------
+
+_VS, _IMG, _VID = 151652, 151655, 151656  # Qwen2-VL <|vision_start|>, <|image_pad|>, <|video_pad|>
+
+
+def _multiaxis_cases(
+    name: str, spec, positions: np.ndarray, x_shape: Sequence[int], *, bug_class: str, description: str
+) -> list[Case]:
+    """One ``multiaxis_apply`` case per io dtype: ids ``multiaxis_apply-{name}-{fp64|...}``."""
+    from .multimodal import spec_to_dict
+
+    base_x = _normal("multiaxis/" + name, x_shape)
+    pos = np.asarray(positions, dtype=np.int64)
+    pos = pos.reshape(pos.shape + (1,) * (len(x_shape) - 1 - (pos.ndim - 1)))  # (S, seq[, 1 per head axis])
+    return [
+        _case(
+            f"multiaxis_apply-{name}-{DTYPE_SHORT[dt]}",
+            "multiaxis_apply",
+            None,
+            {"x": quantize(base_x, dt), "positions": pos},
+            bug_class=bug_class,
+            tolerance="rotation",
+            params={"spec": spec_to_dict(spec)},
+            io_dtype=dt,
+            description=description,
+        )
+        for dt in IO_DTYPES
+    ]
+
+
+def _image_prompt_ids(offset: int) -> np.ndarray:
+    """``(3, 8)`` M-RoPE ids of ``text text <vs> 4 image tokens (grid (1, 4, 4), merge 2) text`` after
+    ``offset`` tokens of earlier context (the oracle's ``get_rope_index``)."""
+    from rope_ref import mrope
+
+    ids = np.array([[11, 12, _VS, _IMG, _IMG, _IMG, _IMG, 13]])
+    pos, _ = mrope.position_ids(ids, image_grid_thw=[[1, 4, 4]])
+    return pos[:, 0, :] + offset
+
+
+def _mrope_rotation() -> list[Case]:
+    from rope_ref import RopeConfig, mla, mrope
+
+    # Distinct t, h, w per image token, far into the context (positions 3000+) so wrong streams show.
+    pos = _image_prompt_ids(3000)
+    cases = _multiaxis_cases(
+        "glm4v_interleaved_d128",
+        mrope.preset("glm-4.1v-9b").rope,
+        pos,
+        (8, 2, 128),
+        bug_class="mrope_pairing_flag",
+        description="GLM-4.1V M-RoPE: interleaved (GPT-J) pairs, 64 of 128 channels, sections [8, 12, 12]",
+    )
+    cases += _multiaxis_cases(
+        "qwen2vl_sections_d128",
+        mrope.preset("qwen2-vl-7b").rope,
+        pos,
+        (8, 1, 128),
+        bug_class="mrope_section_order",
+        description="Qwen2-VL M-RoPE: blocked sections [16, 24, 24] read T, H, W in that order",
+    )
+    cases += _multiaxis_cases(
+        "qwen3vl_interleaved_d128",
+        mrope.preset("qwen3-vl-8b").rope,
+        pos,
+        (8, 1, 128),
+        bug_class="mrope_interleaved_vs_blocked",
+        description="Qwen3-VL interleaved M-RoPE: pairs cycle T, H, W within [24, 20, 20]",
+    )
+    # Qwen3.5-style partial rotary: head 256, partial_rotary_factor 0.25 (64 channels), [11, 11, 10]
+    # interleaved (maxtext #4616 rotated all 256).
+    qwen35 = RopeConfig(256, layout="half", rotary_dim=64, base=1e7)
+    partial = mrope.mrope(qwen35, (11, 11, 10), interleaved=True)
+    cases += _multiaxis_cases(
+        "partial_d256_r64",
+        partial,
+        pos[:, :4],
+        (4, 1, 256),
+        bug_class="mrope_partial_rotary",
+        description="M-RoPE, partial rotary (64 of 256 channels, Qwen3.5-style): channels 64: pass through",
+    )
+    # DeepSeek-V3's rope part beyond 2x the original context (4096): YaRN with mscale / mscale_all_dim.
+    mla_pos = np.array([[0, 1, 4095, 4096, 8193, 12000, 65535, 163839]])
+    cases += _multiaxis_cases(
+        "deepseek_v3_rope_d64",
+        mla.preset("deepseek-v3").spec,
+        mla_pos,
+        (8, 64),
+        bug_class="mla_rope_yarn",
+        description="DeepSeek-V3 MLA rope part (64 interleaved channels, YaRN factor 40) up to 163839",
+    )
+    return cases
+
+
+def _mrope_id_case(cid: str, inputs: dict[str, Any], rule: str, *, bug_class: str, description: str) -> Case:
+    return _case(
+        f"mrope_position_ids-{cid}",
+        "mrope_position_ids",
+        None,
+        {k: np.asarray(v) for k, v in inputs.items()},
+        bug_class=bug_class,
+        tolerance="exact",
+        params={"rule": rule, "spatial_merge_size": 2, "tokens_per_second": 2.0},
+        description=description,
+    )
+
+
+def _mrope_ids() -> list[Case]:
+    from rope_ref import mrope
+
+    # Qwen2.5-VL: an image (1, 4, 4) and videos (3, 4, 4) at 0.75 s and (2, 4, 4) at 2.0 s per grid step:
+    # t ids trunc(k * s * 2) = 0, 1, 3 and 0, 4 (t = k would give 0, 1, 2 and 0, 1).
+    row = [11, _VS] + [_IMG] * 4 + [12, _VS] + [_VID] * 12 + [13, 14, _VS] + [_VID] * 8 + [15]
+    cases = [
+        _mrope_id_case(
+            "qwen2_5_vl_video_seconds",
+            {
+                "input_ids": np.array([row], dtype=np.int64),
+                "image_grid_thw": np.array([[1, 4, 4]], dtype=np.int64),
+                "video_grid_thw": np.array([[3, 4, 4], [2, 4, 4]], dtype=np.int64),
+                "second_per_grid_ts": np.array([0.75, 2.0]),
+            },
+            "qwen2.5-vl",
+            bug_class="mrope_temporal_scaling",
+            description="Qwen2.5-VL: video t ids trunc(k * second_per_grid_ts[v] * tokens_per_second)",
+        )
+    ]
+    # Left padding: row 0 holds an image of grid (1, 4, 6) (6 tokens), row 1 is left-padded by 3 and holds a
+    # (1, 4, 4) image; ids are computed on the unmasked tokens, padded slots get 1.
+    pad = 0
+    ids = np.array(
+        [
+            [21, _VS] + [_IMG] * 6 + [22, 23, 24],
+            [pad, pad, pad, 31, _VS] + [_IMG] * 4 + [32, 33],
+        ],
+        dtype=np.int64,
+    )
+    mask = (np.arange(11)[None, :] >= np.array([[0], [3]])).astype(np.int64)
+    grids = np.array([[1, 4, 6], [1, 4, 4]], dtype=np.int64)
+    cases.append(
+        _mrope_id_case(
+            "qwen2_vl_left_padding",
+            {"input_ids": ids, "image_grid_thw": grids, "attention_mask": mask},
+            "qwen2-vl",
+            bug_class="mrope_left_padding",
+            description="Qwen2-VL batch of 2 with left padding: ids and deltas from the unmasked tokens",
+        )
+    )
+    text = np.array([[pad, pad, 41, 42, 43, 44], [51, 52, 53, 54, 55, 56]], dtype=np.int64)
+    tmask = (np.arange(6)[None, :] >= np.array([[2], [0]])).astype(np.int64)
+    cases.append(
+        _mrope_id_case(
+            "text_left_padding",
+            {"input_ids": text, "attention_mask": tmask},
+            "qwen2-vl",
+            bug_class="mrope_left_padding",
+            description="text-only left-padded batch: cumsum(mask) - 1, padded slots 1, deltas max + 1 - seq",
+        )
+    )
+    _, deltas = mrope.position_ids(ids, image_grid_thw=grids, attention_mask=mask)
+    for cache_position, n_new in ((11, 1), (14, 3)):
+        cases.append(
+            _case(
+                f"mrope_decode_ids-left_padding_c{cache_position}_n{n_new}",
+                "mrope_decode_ids",
+                None,
+                {"deltas": np.asarray(deltas, dtype=np.int64)},
+                bug_class="mrope_decode_deltas",
+                tolerance="exact",
+                params={"cache_position": cache_position, "n_new": n_new},
+                description="decoding after the left-padded image batch: cache_position + j + deltas[b]",
+            )
+        )
+    return cases
+
+
+def _vision_and_mla() -> list[Case]:
+    from rope_ref import RopeConfig, mla
+
+    from .multimodal import mla_to_dict
+
+    cases = [
+        _case(
+            "vision_ids-qwen2_vl_merge2",
+            "vision_ids",
+            None,
+            {"grids": np.array([[1, 4, 6], [2, 4, 4]], dtype=np.int64)},
+            bug_class="vision_merge_window_order",
+            tolerance="exact",
+            params={"convention": "qwen2-vl", "spatial_merge_size": 2},
+            description="Qwen2-VL ViT (row, col) ids: 2x2 merge windows in row-major order, frames repeated",
+        ),
+        _case(
+            "vision_ids-pixtral",
+            "vision_ids",
+            None,
+            {"grids": np.array([[3, 4], [2, 5]], dtype=np.int64)},
+            bug_class="vision_merge_window_order",
+            tolerance="exact",
+            params={"convention": "pixtral", "spatial_merge_size": 1},
+            description="Pixtral (row, col) ids: row-major per image (meshgrid indexing='ij')",
+        ),
+    ]
+    configs = [mla.preset(n) for n in mla.preset_names()]
+    configs.append(mla.MLAConfig("no-yarn", 128, 64, 128, RopeConfig(64, layout="interleaved"), None))
+    for cfg in configs:
+        cases.append(
+            _case(
+                f"mla_softmax_scale-{cfg.name}",
+                "mla_softmax_scale",
+                None,
+                {},
+                bug_class="mla_second_mscale",
+                tolerance="scale",
+                params={"mla": mla_to_dict(cfg)},
+                description="qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2 (HF DeepseekV3Attention)",
+            )
+        )
+    return cases
+
+
+def _multimodal() -> list[Case]:
+    return _mrope_rotation() + _mrope_ids() + _vision_and_mla()
+
+
 def _optional(builder: Callable[[], list[Case]], module: str) -> list[Case]:
     """Cases of an op whose oracle module may not exist yet in this checkout (added as they land)."""
     import importlib.util
@@ -1546,6 +1799,7 @@ def build_catalogue() -> list[Case]:
     cases += _optional(_chatglm, "rope_ref.chatglm") + _optional(_decay, "rope_ref.decay")
     cases += _crossed() + _negative() + _explicit_seq_len() + _scaling_parameters() + _scaling_partial()
     cases += _state_orders() + _tails() + _optional(_chatglm_incremental, "rope_ref.chatglm")
+    cases += _optional(_multimodal, "rope_ref.mrope")
     _check_finite(cases)
     ids = [c.id for c in cases]
     if len(set(ids)) != len(ids):

@@ -70,6 +70,33 @@ class OracleBackend(Backend):
     def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
         return rope_ref.chatglm.apply_2d(x, position_ids, block_position_ids, base=base, precision=precision)
 
+    def multiaxis_apply(self, x, positions, spec):
+        return rope_ref.multiaxis.apply(x, positions, spec)
+
+    def mrope_position_ids(self, input_ids, image_grid, video_grid, attention_mask, second_per_grid_ts, **kw):
+        from rope_ref import mrope
+
+        return mrope.position_ids(
+            input_ids, image_grid, video_grid, attention_mask, second_per_grid_ts=second_per_grid_ts, **kw
+        )
+
+    def mrope_decode_ids(self, deltas, *, cache_position, n_new):
+        from rope_ref import mrope
+
+        return mrope.decode_position_ids(deltas, cache_position, n_new)
+
+    def vision_ids(self, grids, *, convention, spatial_merge_size):
+        from rope_ref import vision_rope
+
+        if convention == "qwen2-vl":
+            return vision_rope.qwen2_vl_ids(grids, spatial_merge_size)
+        return vision_rope.pixtral_ids(grids)
+
+    def mla_softmax_scale(self, cfg):
+        from rope_ref import mla
+
+        return mla.softmax_scale(cfg)
+
     def decay_upper_bound(self, distances, cfg):
         # RoFormer §3.4.3 relative upper bound; see rope_ref.decay.
         from rope_ref.decay import relative_upper_bound

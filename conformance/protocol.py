@@ -190,6 +190,44 @@ class Backend:
         """ChatGLM-6B ids of the last token under incremental decoding: ``(batch, 2, 1)`` / ``(batch, 1)``."""
         raise NotImplementedError
 
+    # -- multi-axis operations (issue 20; optional: an old backend reports them "operation missing") -------
+    def multiaxis_apply(self, x: Any, positions: Any, spec) -> Any:
+        """Rotate ``x`` (``(..., head_dim)``) by ``positions`` (``(n_streams, ...)``) under ``spec``, a
+        :class:`rope_ref.multiaxis.MultiAxisRope` (pair ``i``: channels ``pair_indices()``, stream
+        ``streams[i]``, frequency ``pair_frequencies()``); the result has x's shape and I/O dtype."""
+        raise NotImplementedError
+
+    def mrope_position_ids(
+        self,
+        input_ids: Any,
+        image_grid_thw: Any,
+        video_grid_thw: Any,
+        attention_mask: Any,
+        second_per_grid_ts: Any,
+        *,
+        rule: str,
+        spatial_merge_size: int,
+        tokens_per_second: float,
+    ) -> tuple[Any, Any]:
+        """M-RoPE ``(position_ids (3, batch, seq), mrope_position_deltas (batch, 1))``, integer arrays, of
+        ``get_rope_index`` for ``rule`` (``qwen2-vl``, ``qwen2.5-vl``, ``qwen3-vl``, ``glm4v``) with the
+        rule's default token ids (:mod:`rope_ref.mrope`); absent grids, mask or seconds arrive as ``None``."""
+        raise NotImplementedError
+
+    def mrope_decode_ids(self, deltas: Any, *, cache_position: int, n_new: int) -> Any:
+        """M-RoPE ids ``(3, batch, n_new)`` of tokens decoded at cache slots ``cache_position ..``."""
+        raise NotImplementedError
+
+    def vision_ids(self, grids: Any, *, convention: str, spatial_merge_size: int) -> Any:
+        """ViT patch ids ``(2, n_patches)`` (row, column): ``convention`` ``"qwen2-vl"`` (grids ``(t, h, w)``,
+        merge-window order) or ``"pixtral"`` (grids ``(h, w)``, row-major)."""
+        raise NotImplementedError
+
+    def mla_softmax_scale(self, cfg) -> float:
+        """DeepSeek MLA softmax scale of ``cfg`` (a :class:`rope_ref.mla.MLAConfig`):
+        ``qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2`` under YaRN."""
+        raise NotImplementedError
+
     def decay_upper_bound(self, distances: Any, cfg) -> Any:
         """RoFormer's relative upper bound (1/(d/2)) sum_j |S_j(r)| at each distance."""
         raise NotImplementedError

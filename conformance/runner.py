@@ -33,7 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from . import multimodal
 from .case import Case
+from .multimodal import MULTIMODAL_OPS
 from .protocol import UNSUPPORTED_REASONS, Backend, Unsupported
 from .tolerance import Comparison, check_case
 
@@ -63,9 +65,14 @@ _PROGRESS_CHAR = {
 DEFAULT_TIMEOUT = 60.0
 
 # Which stored inputs are activations (converted with the backend's I/O dtype) per operation.
-_ACTIVATIONS = {"apply": ("x",), "apply_vjp": ("x", "grad_out"), "chatglm_apply_2d": ("x",)}
+_ACTIVATIONS = {
+    "apply": ("x",),
+    "apply_vjp": ("x", "grad_out"),
+    "chatglm_apply_2d": ("x",),
+    "multiaxis_apply": ("x",),
+}
 # Operations whose output is an activation in the backend's I/O dtype.
-_IO_OUTPUT_OPS = ("apply", "apply_vjp", "chatglm_apply_2d")
+_IO_OUTPUT_OPS = ("apply", "apply_vjp", "chatglm_apply_2d", "multiaxis_apply")
 
 
 class _CaseFailure(Exception):
@@ -553,6 +560,8 @@ class Runner:
             return b.chatglm_apply_2d(a["x"], a["position_ids"], a["block_position_ids"], **p)
         if op == "decay_upper_bound":
             return b.decay_upper_bound(a["distances"], case.rope_config())
+        if op in MULTIMODAL_OPS:
+            return multimodal.call(b, op, a, p)
         raise ValueError(f"case {case.id!r}: unknown op {op!r}")
 
     def _outputs(self, case: Case, raw: Any) -> dict[str, np.ndarray]:

@@ -59,7 +59,12 @@ ROUND_SLACK = 8.0
 #: Emulation rule: fp16 ulps (2 u16 each) of the pair radius a faithful fp16 port may differ by.
 EMULATION_ULPS = 3.0
 
-RULES = ("exact", "table", "trig", "rotation", "emulation", "decay")
+RULES = ("exact", "table", "trig", "rotation", "emulation", "decay", "scale")
+
+#: Roundings in a float evaluation of the MLA softmax scale qk_head_dim^-0.5 * (0.1 m ln f + 1)^2: the
+#: power, the logarithm, two products and a sum in mscale, its square and the final product (7, plus one
+#: for the log's own error, which mscale's condition number below 1 does not amplify).
+SCALE_ROUNDINGS = 8.0
 
 
 def unit_roundoff(dtype: str) -> float:
@@ -230,6 +235,18 @@ def element_tolerance(case: Case, name: str, policy: PrecisionPolicy) -> _Bounds
         return _Bounds(tol + _floor(policy), np.zeros(expected.shape, dtype=bool), [])
     if rule == "decay":
         return _Bounds(_decay_tolerance(case, expected, policy), np.zeros(expected.shape, dtype=bool), [])
+    if rule == "scale":
+        tol = SCALE_ROUNDINGS * unit_roundoff(_table_dtype(policy)) * np.abs(expected)
+        return _Bounds(tol, np.zeros(expected.shape, dtype=bool), [])
+    if case.op == "multiaxis_apply":
+        from .multimodal import multiaxis_bounds, spec_from_dict
+
+        terms = (u_a, _rounding(policy), _floor(policy), ROUND_SLACK, _phase_factor, _scaling_phase_factor)
+        v = np.asarray(case.inputs["x"], dtype=np.float64)
+        pos = np.asarray(case.inputs["positions"], dtype=np.float64)
+        spec = spec_from_dict(case.params["spec"])
+        tol, exact, (a, b, amp, ntol) = multiaxis_bounds(v, pos, spec, terms)
+        return _Bounds(tol, exact, [(slice(None), a, b, amp, ntol)])
     if case.op == "chatglm_apply_2d":
         return _chatglm_bounds(case, expected, policy, emulation=rule == "emulation")
     if rule == "emulation":

@@ -14,6 +14,8 @@ scalings deviate from correct values, not from a second implementation of the fo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from rope_ref.conformance.protocol import Backend, PrecisionPolicy
 
@@ -165,6 +167,73 @@ class Float32Backend(Backend):
             [self._rotate(x[..., :half], pos, cfg, None), self._rotate(x[..., half:], blk, cfg, None)],
             axis=-1,
         )
+
+    # -- multi-axis operations (issue 20) -------------------------------------------------------------------
+    def _ma_spec(self, spec):
+        """The spec the port actually builds from the model's settings (broken subclasses change it)."""
+        return spec
+
+    def multiaxis_apply(self, x, positions, spec):
+        # Pair i rotates channels (a_i, b_i) of its block by float32(m^(s(i))) * float32(phi_i) (HF
+        # apply_multimodal_rotary_pos_emb: one cos/sin table per stream, then picked per pair).
+        spec = self._ma_spec(spec)
+        x32 = np.asarray(x, dtype=F32)
+        pos = np.asarray(positions)
+        lengths = [self._seq_len(t, pos, None) for t in spec.tables]
+        seq_len = max((n for n in lengths if n is not None), default=None)
+        tables = [self._inv_freq(t, seq_len) for t in spec.tables]
+        factors = [F32(self._factor(t, seq_len)) for t in spec.tables]
+        streams = np.asarray(spec.streams)
+        phi = np.array([tables[s][k] for s, k in zip(spec.streams, spec.freq_index, strict=True)], dtype=F32)
+        amp = np.array([factors[s] for s in spec.streams], dtype=F32)
+        m = np.moveaxis(pos, 0, -1)[..., streams]
+        m = m.reshape((1,) * (x32.ndim - m.ndim) + m.shape)
+        theta = self._positions(m) * phi
+        cos, sin = amp * np.cos(theta), amp * np.sin(theta)
+        per = spec.n_pairs // spec.blocks
+        j = np.arange(per)
+        starts = [2 * per * k for k in range(spec.blocks)]
+        if spec.layout == "half":
+            a = np.concatenate([s + j for s in starts])
+            b = a + per
+        else:
+            a = np.concatenate([s + 2 * j for s in starts])
+            b = a + 1
+        xa, xb = x32[..., a], x32[..., b]
+        out = x32.copy()
+        out[..., a] = xa * cos - xb * sin
+        out[..., b] = xb * cos + xa * sin
+        return _round_io(out, self.precision.io_dtype)
+
+    def mrope_position_ids(self, input_ids, image_grid_thw, video_grid_thw, attention_mask, seconds, **kw):
+        from rope_ref import mrope
+
+        return mrope.position_ids(
+            input_ids, image_grid_thw, video_grid_thw, attention_mask, second_per_grid_ts=seconds, **kw
+        )
+
+    def mrope_decode_ids(self, deltas, *, cache_position, n_new):
+        # Qwen2VLModel.forward: arange(n_new) + cache_position + rope_deltas, the same in all 3 streams.
+        row = np.arange(n_new)[None, :] + cache_position + np.asarray(deltas).reshape(-1, 1)
+        return np.tile(row[None], (3, 1, 1)).astype(np.int64)
+
+    def vision_ids(self, grids, *, convention, spatial_merge_size):
+        from rope_ref import vision_rope
+
+        if convention == "qwen2-vl":
+            return vision_rope.qwen2_vl_ids(grids, spatial_merge_size)
+        return vision_rope.pixtral_ids(grids)
+
+    def _mscale(self, factor: float, m: float) -> float:
+        return 0.1 * m * math.log(factor) + 1.0 if factor > 1.0 else 1.0
+
+    def mla_softmax_scale(self, cfg):
+        # HF DeepseekV3Attention.__init__, in Python floats.
+        scale = cfg.qk_head_dim**-0.5
+        if cfg.rope.scaling is not None and cfg.mscale_all_dim:
+            ms = self._mscale(float(cfg.rope.scaling.to_hf()["factor"]), float(cfg.mscale_all_dim))
+            scale = scale * ms * ms
+        return scale
 
     def decay_upper_bound(self, distances, cfg):
         r = np.asarray(distances)
@@ -516,3 +585,168 @@ BROKEN_ISSUE15 = (
     NextBlockIdStale,
 )
 BROKEN = BROKEN + BROKEN_ISSUE15
+
+
+# -- issue 20: multi-axis RoPE (docs/multimodal.md §10) ------------------------------------------------------
+
+
+def _respec(spec, *, layout=None, streams=None, tables=None, rotary_pairs=None):
+    """``spec`` with some fields replaced (``rotary_pairs``: stretch the stream table to that many pairs)."""
+    from rope_ref.multiaxis import MultiAxisRope
+
+    streams = tuple(spec.streams if streams is None else streams)
+    if rotary_pairs is not None:
+        streams = tuple(streams[i * len(streams) // rotary_pairs] for i in range(rotary_pairs))
+    return MultiAxisRope(
+        spec.head_dim,
+        layout=layout or spec.layout,
+        streams=streams,
+        tables=spec.tables if tables is None else tables,
+        freq_index=None if rotary_pairs is not None or tables is not None else spec.freq_index,
+        blocks=spec.blocks,
+    )
+
+
+class MultiAxisPairingIgnored(Float32Backend):
+    """The multi-axis kernel hard-codes rotate_half: GLM-4V's interleaved pairs are rotated as halves
+    (vLLM's M-RoPE Triton kernel ignored is_neox_style=False, #49290; vllm-ascend #12765)."""
+
+    targets = ("mrope_pairing_flag",)
+
+    def _ma_spec(self, spec):
+        return _respec(spec, layout="half")
+
+
+class SectionsOutOfOrder(Float32Backend):
+    """mrope_section applied to the streams as (H, T, W): the first section reads the height ids."""
+
+    targets = ("mrope_section_order",)
+
+    def _ma_spec(self, spec):
+        if spec.n_streams != 3:
+            return spec
+        return _respec(spec, streams=[(1, 0, 2)[s] for s in spec.streams])
+
+
+class InterleavedReadAsBlocked(Float32Backend):
+    """Qwen3-VL's interleaved sections (pairs cycle T, H, W) laid out as contiguous blocks T..., H..., W...
+    (vLLM's interleaved M-RoPE under torch.compile, PR #40680)."""
+
+    targets = ("mrope_interleaved_vs_blocked",)
+
+    def _ma_spec(self, spec):
+        return _respec(spec, streams=sorted(spec.streams))
+
+
+class PartialRotaryDropped(Float32Backend):
+    """partial_rotary_factor dropped in the M-RoPE path: the table is built over head_dim and every channel
+    is rotated, sections stretched to head_dim/2 pairs (maxtext #4616: 256 channels instead of 64)."""
+
+    targets = ("mrope_partial_rotary",)
+
+    def _ma_spec(self, spec):
+        from rope_ref import RopeConfig
+
+        if spec.rotary_dim == spec.head_dim:
+            return spec
+        full = tuple(RopeConfig(spec.head_dim, layout=t.layout, base=t.base) for t in spec.tables)
+        return _respec(spec, tables=full, rotary_pairs=spec.head_dim // 2)
+
+
+class MLARopeYarnDropped(Float32Backend):
+    """The MLA rope part built with plain RoPE: YaRN's frequency interpolation lost on the decoupled path."""
+
+    targets = ("mla_rope_yarn",)
+
+    def _ma_spec(self, spec):
+        from rope_ref import RopeConfig
+
+        if all(t.scaling is None for t in spec.tables):
+            return spec
+        plain = tuple(
+            RopeConfig(t.head_dim, layout=t.layout, rotary_dim=t.rotary_dim, base=t.base) for t in spec.tables
+        )
+        return _respec(spec, tables=plain)
+
+
+class MergeWindowIgnored(Float32Backend):
+    """Qwen2-VL ViT ids listed row-major (Pixtral's order) instead of window by window."""
+
+    targets = ("vision_merge_window_order",)
+
+    def vision_ids(self, grids, *, convention, spatial_merge_size):
+        from rope_ref import vision_rope
+
+        if convention != "qwen2-vl":
+            return super().vision_ids(grids, convention=convention, spatial_merge_size=spatial_merge_size)
+        g = np.asarray(grids)
+        return np.concatenate([np.tile(vision_rope.pixtral_ids([[h, w]]), t) for t, h, w in g], axis=1)
+
+
+class TemporalScalingMissing(Float32Backend):
+    """Qwen2.5-VL videos given Qwen2-VL's t ids (t = k): second_per_grid_ts x tokens_per_second ignored."""
+
+    targets = ("mrope_temporal_scaling",)
+
+    def mrope_position_ids(self, input_ids, image_grid_thw, video_grid_thw, attention_mask, seconds, **kw):
+        if kw["rule"] == "qwen2.5-vl":
+            kw, seconds = {**kw, "rule": "qwen2-vl"}, None
+        return super().mrope_position_ids(
+            input_ids, image_grid_thw, video_grid_thw, attention_mask, seconds, **kw
+        )
+
+
+class LeftPaddingIgnored(Float32Backend):
+    """M-RoPE ids computed without the attention mask: left padding counted as text tokens."""
+
+    targets = ("mrope_left_padding",)
+
+    def mrope_position_ids(self, input_ids, image_grid_thw, video_grid_thw, attention_mask, seconds, **kw):
+        return super().mrope_position_ids(input_ids, image_grid_thw, video_grid_thw, None, seconds, **kw)
+
+
+class DecodeDeltasIgnored(Float32Backend):
+    """Decoding ignores mrope_position_deltas: new tokens get cache_position + j in all three streams."""
+
+    targets = ("mrope_decode_deltas",)
+
+    def mrope_decode_ids(self, deltas, *, cache_position, n_new):
+        return super().mrope_decode_ids(
+            np.zeros_like(np.asarray(deltas)), cache_position=cache_position, n_new=n_new
+        )
+
+
+class SecondMscaleMissing(Float32Backend):
+    """MLA softmax scale left at qk_head_dim^-0.5: the mscale(f, mscale_all_dim)^2 correction dropped
+    (HF PR #47435, llama.cpp #7118)."""
+
+    targets = ("mla_second_mscale",)
+
+    def _mscale(self, factor: float, m: float) -> float:
+        return 1.0
+
+
+class SecondMscaleSquaredTwice(Float32Backend):
+    """MLA softmax scale multiplied by mscale^4: the squared correction applied again (Megatron-LM #1429)."""
+
+    targets = ("mla_second_mscale",)
+
+    def _mscale(self, factor: float, m: float) -> float:
+        return super()._mscale(factor, m) ** 2
+
+
+#: The broken backends of the issue-20 families (each fails its own family).
+BROKEN_ISSUE20 = (
+    MultiAxisPairingIgnored,
+    SectionsOutOfOrder,
+    InterleavedReadAsBlocked,
+    PartialRotaryDropped,
+    MLARopeYarnDropped,
+    MergeWindowIgnored,
+    TemporalScalingMissing,
+    LeftPaddingIgnored,
+    DecodeDeltasIgnored,
+    SecondMscaleMissing,
+    SecondMscaleSquaredTwice,
+)
+BROKEN = BROKEN + BROKEN_ISSUE20

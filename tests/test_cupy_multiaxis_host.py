@@ -388,3 +388,28 @@ def test_nvcc_ptx_compiles_the_multiaxis_kernels(arch: str, tmp_path: Path) -> N
     entries = set(re.findall(r"\.visible \.entry (\w+)\(", ptx.read_text()))
     assert set(MX_KERNELS.values()) <= entries
     assert set(plan_mod.KERNEL_FOR_DTYPE.values()) <= entries
+
+
+# -- the shipped conformance cases (issue 20 point 6) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shipped_multiaxis_cases_pass_the_conformance_model(host, dtype) -> None:
+    """Every shipped ``multiaxis_apply`` case of this I/O dtype, through the kernel on the host, judged
+    by the suite's own tolerance model (:func:`rope_ref.conformance.tolerance.check_case`) under the
+    adapter's policy (float32 angles and compute)."""
+    from rope_ref.conformance.golden import load_golden
+    from rope_ref.conformance.multimodal import spec_from_dict
+    from rope_ref.conformance.protocol import PrecisionPolicy
+    from rope_ref.conformance.tolerance import check_case
+
+    cb = host.cb
+    chosen = [c for c in load_golden() if c.op == "multiaxis_apply" and c.io_dtype == dtype]
+    assert len(chosen) >= 5
+    policy = PrecisionPolicy(dtype, "float32", "float32")
+    for case in chosen:
+        y = cb.multiaxis_apply(
+            to_io(cb, case.inputs["x"], dtype), case.inputs["positions"], spec_from_dict(case.params["spec"])
+        )
+        results = check_case(case, {"out": values(y)}, policy)
+        assert all(r.passed for r in results), (case.id, [r.describe() for r in results if not r.passed])

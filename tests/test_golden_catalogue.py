@@ -60,6 +60,11 @@ def test_tolerance_rules_by_op(shipped):
         "chatglm_next_position_ids": {"exact"},
         "chatglm_apply_2d": {"rotation", "emulation"},
         "decay_upper_bound": {"decay"},
+        "multiaxis_apply": {"rotation"},
+        "mrope_position_ids": {"exact"},
+        "mrope_decode_ids": {"exact"},
+        "vision_ids": {"exact"},
+        "mla_softmax_scale": {"scale"},
     }
     for c in shipped.values():
         assert c.tolerance in rules[c.op], c.id
@@ -251,6 +256,16 @@ def test_longrope_far_beyond_the_context_explicit(shipped):
 def test_aux_tables_match_an_independent_derivation(shipped):
     """Every cos_sin/apply/apply_vjp file carries the inv_freq and attention factor it was built with."""
     for c in shipped.values():
+        if c.op == "multiaxis_apply":  # per pair: base^(-2k/rotary_dim) of its stream's table, k = freq_index
+            spec = c.params["spec"]
+            assert set(c.aux) == {"pair_inv_freq", "pair_attention_factor"}, c.id
+            for i, (s, k) in enumerate(zip(spec["streams"], spec["freq_index"], strict=True)):
+                table = spec["tables"][s]
+                if table["scaling"] is None:
+                    want = table["base"] ** (-2 * k / table["rotary_dim"])
+                    assert c.aux["pair_inv_freq"][i] == pytest.approx(want, rel=1e-15), c.id
+                    assert c.aux["pair_attention_factor"][i] == 1.0, c.id
+            continue
         if c.op not in ("cos_sin", "apply", "apply_vjp"):
             assert not c.aux, c.id
             continue

@@ -418,6 +418,39 @@ def _doc_rotation(v, positions, theta, factor, rotary_dim, layout, u_a, u_r, flo
     return tol, exact, amp * 8 * u_r + floor, amp
 
 
+def _doc_multiaxis(entry, t, u_a, u_r, floor):
+    """§4.2 rotation rule for multiaxis_apply, per pair: (tol, exact, norm tolerance, amplitude)."""
+    spec = entry["params"]["spec"]
+    v = t["inputs.x"].astype(np.float64)
+    phi, amp_f = t["aux.pair_inv_freq"], t["aux.pair_attention_factor"]
+    streams, fi = spec["streams"], spec["freq_index"]
+    n, per = len(streams), len(streams) // spec["blocks"]
+    tables = spec["tables"]
+    y = np.array(
+        [_doc_yarn(tables[s], tables[s]["rotary_dim"] // 2)[k] for s, k in zip(streams, fi, strict=True)]
+    )
+    j = np.arange(per)
+    if spec["layout"] == "half":
+        a = np.concatenate([2 * per * k + j for k in range(spec["blocks"])])
+        b = a + per
+    else:
+        a = np.concatenate([2 * per * k + 2 * j for k in range(spec["blocks"])])
+        b = a + 1
+    lead = v.shape[:-1]
+    m = np.moveaxis(t["inputs.positions"].astype(np.float64), 0, -1)[..., streams]
+    m = np.broadcast_to(m.reshape((1,) * (len(lead) + 1 - m.ndim) + m.shape), lead + (n,))
+    amp = np.abs(amp_f) * np.hypot(v[..., a], v[..., b])
+    pair_tol = amp * ((_doc_k(phi) + y) * np.abs(m * phi) * u_a + 8 * u_r) + floor
+    tol, exact = np.zeros(v.shape), np.zeros(v.shape, bool)
+    tol[..., a], tol[..., b] = pair_tol, pair_tol
+    exact[..., 2 * n :] = True
+    zero = (m == 0) & (amp_f == 1.0)
+    exact[..., a] |= zero
+    exact[..., b] |= zero
+    tol[exact] = 0.0
+    return tol, exact, amp * 8 * u_r + floor, amp
+
+
 def _doc_tolerances(entry, t, policy):
     """Per expected output: (tol, exact) from the manifest entry, the file's tensors and the policy only."""
     io, angle, compute = policy
@@ -463,6 +496,14 @@ def _doc_tolerances(entry, t, policy):
                     tol[..., ch], exact[..., ch], _, _ = _doc_rotation(
                         part, t[f"inputs.{ids}"], theta, 1.0, h, "half", u_a, u_r, floor
                     )
+            out[name] = (tol, exact)
+        elif rule == "scale":
+            out[name] = (
+                8 * _U["float64" if angle == "float64" else "float32"] * np.abs(e),
+                np.zeros(e.shape, bool),
+            )
+        elif entry["op"] == "multiaxis_apply":
+            tol, exact, _, _ = _doc_multiaxis(entry, t, u_a, u_r, floor)
             out[name] = (tol, exact)
         elif rule == "rotation":
             v = t["inputs.grad_out" if entry["op"] == "apply_vjp" else "inputs.x"].astype(np.float64)
@@ -523,6 +564,15 @@ def test_documented_procedure_reproduces_the_tolerance_model(policy):
                 u_a,
                 _U[policy[0]] + u_a + _U[policy[2]],
                 4 * max(_TINY[policy[0]], _TINY[policy[2]]),
+            )
+            (_, _, _, want_amp, want_tol) = element_tolerance(case, "out", PrecisionPolicy(*policy)).norms[0]
+            np.testing.assert_allclose(amp, want_amp, rtol=1e-14, err_msg=entry["id"])
+            np.testing.assert_allclose(norm_tol, want_tol, rtol=1e-12, err_msg=entry["id"])
+        if entry["op"] == "multiaxis_apply":  # its pair-norm check, pair by pair
+            u_a = min(_U[policy[1]], 2.0**-24)
+            u_r = _U[policy[0]] + u_a + _U[policy[2]]
+            _, _, norm_tol, amp = _doc_multiaxis(
+                entry, tensors, u_a, u_r, 4 * max(_TINY[policy[0]], _TINY[policy[2]])
             )
             (_, _, _, want_amp, want_tol) = element_tolerance(case, "out", PrecisionPolicy(*policy)).norms[0]
             np.testing.assert_allclose(amp, want_amp, rtol=1e-14, err_msg=entry["id"])

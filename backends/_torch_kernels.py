@@ -1,0 +1,545 @@
+"""The shapes real kernels are called with (issue 16): axes, offsets, varlen, q/k pairs, packed QKV, in place.
+
+:func:`apply` extends :func:`~rope_ref.backends._torch_module.apply` with ``axes=`` (HF-style ``(B, S)``
+ids or per-token ids placed on the named axes), ``offset=`` (a KV-cache offset, scalar or per batch
+row), ``cu_seqlens=`` / ``start_offsets=`` (packed ``thd`` sequences, positions restarting per
+sequence), ``inverse=`` (rotation by ``-m theta``) and ``inplace=``. :func:`apply_qk` rotates q and k
+with different head counts (GQA) from one table build; :func:`apply_qkv` rotates the q and k heads of
+a packed ``(..., Hq + 2 Hk, D)`` projection and leaves V bit for bit untouched. Semantics are the
+oracle's :func:`rope_ref.apply` with ``axes=`` / ``inverse=`` and :mod:`rope_ref.positions`.
+
+Every input may be a non-contiguous view (transposed, sliced out of a packed buffer): the kernels index
+through its strides, and in place they write only the elements of the view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rope_ref.axes import parse_axes
+from rope_ref.config import RopeConfig
+
+from ._torch_core import (
+    _BLOCK_BYTES,
+    _complex_ok,
+    _pairs,
+    _rotate_block,
+    angle_tables,
+    as_positions,
+    check_angle_dtype,
+    check_config,
+    check_x,
+    freq_table,
+    resolve_compute_dtype,
+    rotate_tables,
+    seq_len_of,
+)
+from ._torch_module import apply as _plain_apply
+from ._torch_triton import check_kernel
+
+__all__ = ["apply", "apply_qk", "apply_qkv", "place_positions"]
+
+
+# -- positions --------
+
+
+def _eager() -> bool:
+    """Whether data-dependent checks may run (not while ``torch.compile`` traces)."""
+    return not torch.compiler.is_compiling()
+
+
+def place_positions(
+    pos: torch.Tensor, axes: str, shape: tuple[int, ...], name: str = "positions"
+) -> torch.Tensor:
+    """``pos`` (scalar, per-token, HF ``(B, S)`` or full) reshaped onto the ``axes`` of ``shape``."""
+    lead = shape[:-1]
+    seq_axis = axes.index("s" if "s" in axes else "t")
+
+    def fits(got: int, want: int) -> bool:
+        return got == want or got == 1
+
+    if pos.ndim == 0:
+        return pos
+    placed = [1] * len(lead)
+    if pos.ndim == 1 and fits(pos.shape[0], lead[seq_axis]):
+        placed[seq_axis] = pos.shape[0]
+        return pos.reshape(placed)
+    if pos.ndim == 2 and "b" in axes and len(lead) > 2:
+        b_axis = axes.index("b")
+        if fits(pos.shape[0], lead[b_axis]) and fits(pos.shape[1], lead[seq_axis]):
+            placed[b_axis], placed[seq_axis] = pos.shape
+            return (pos.T if b_axis > seq_axis else pos).reshape(placed)
+    if pos.ndim == len(lead) and all(fits(p, n) for p, n in zip(pos.shape, lead, strict=True)):
+        return pos
+    raise ValueError(
+        f"{name} of shape {tuple(pos.shape)} do not fit x of shape {tuple(shape)} with axes={axes!r}: "
+        f"expected a scalar, ({lead[seq_axis]},) per-token ids, HF-style (B, S) ids or a shape "
+        f"broadcasting to {tuple(lead)}"
+    )
+
+
+def _int_tensor(obj: Any, name: str, device: torch.device) -> torch.Tensor:
+    """An integer tensor (int64) from ``obj``; a ValueError naming ``name`` for anything else."""
+    if isinstance(obj, bool) or obj is None:
+        raise ValueError(f"{name} must be an integer or integer tensor, got {obj!r}")
+    if isinstance(obj, int):
+        return torch.tensor(obj, dtype=torch.int64, device=device)
+    t = obj if isinstance(obj, torch.Tensor) else torch.as_tensor(obj)
+    if t.dtype.is_floating_point or t.is_complex() or t.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integers, got dtype {t.dtype}")
+    return t.to(device=device, dtype=torch.int64)
+
+
+def _check_offset(obj: Any, name: str, device: torch.device) -> torch.Tensor:
+    t = _int_tensor(obj, name, device)
+    if t.ndim > 1:
+        raise ValueError(
+            f"{name} must be a scalar or 1-D (one per batch row or sequence), got {tuple(t.shape)}"
+        )
+    if _eager() and t.numel() and bool((t < 0).any()):
+        raise ValueError(f"{name} must be >= 0 (a cache offset), got {int(t.min())}")
+    return t
+
+
+def offset_positions(offset: Any, axes: str, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """``offset[b] + s`` (or ``offset + s``) placed on the ``b`` and ``s`` axes of ``shape``."""
+    if isinstance(offset, int) and not isinstance(offset, bool):
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0 (a cache offset), got {offset}")
+        lead = shape[:-1]
+        seq_axis = axes.index("s" if "s" in axes else "t")
+        placed = [1] * len(lead)
+        placed[seq_axis] = lead[seq_axis]
+        return (torch.arange(lead[seq_axis], device=device) + offset).reshape(placed)
+    off = _check_offset(offset, "offset", device)
+    lead = shape[:-1]
+    seq_axis = axes.index("s" if "s" in axes else "t")
+    steps = torch.arange(lead[seq_axis], device=device)
+    placed = [1] * len(lead)
+    placed[seq_axis] = lead[seq_axis]
+    if off.ndim == 0:
+        return (steps + off).reshape(placed)
+    if "b" not in axes:
+        raise ValueError(
+            f"offset of shape {tuple(off.shape)} is per batch row but axes={axes!r} has no 'b' axis "
+            "(use cu_seqlens with start_offsets for packed sequences)"
+        )
+    b_axis = axes.index("b")
+    if off.shape[0] != lead[b_axis]:
+        raise ValueError(f"offset has {off.shape[0]} entries for batch {lead[b_axis]} (axes={axes!r})")
+    ids = off[:, None] + steps[None, :]
+    placed[b_axis] = lead[b_axis]
+    return (ids.T if b_axis > seq_axis else ids).reshape(placed)
+
+
+def varlen_positions(
+    cu_seqlens: Any, start_offsets: Any, axes: str, shape: tuple[int, ...], device: torch.device
+) -> torch.Tensor:
+    """Per-token positions restarting at each ``cu_seqlens`` boundary (plus ``start_offsets[j]``)."""
+    if "t" not in axes:
+        raise ValueError(f"cu_seqlens needs packed tokens ('t' in axes), got axes={axes!r}")
+    cu = _int_tensor(cu_seqlens, "cu_seqlens", device)
+    if cu.ndim != 1 or cu.shape[0] < 1:
+        raise ValueError(f"cu_seqlens must be 1-D with at least one entry, got shape {tuple(cu.shape)}")
+    t_axis = axes.index("t")
+    total = shape[t_axis]
+    count = cu.shape[0] - 1
+    if _eager():
+        if int(cu[0]) != 0:
+            raise ValueError(f"cu_seqlens must start at 0, got {cu[:4].tolist()}")
+        steps = cu[1:] - cu[:-1]
+        if bool((steps < 0).any()):
+            j = int(torch.nonzero(steps < 0)[0, 0])
+            raise ValueError(
+                f"cu_seqlens must be non-decreasing, got {int(cu[j])} then {int(cu[j + 1])} at {j}"
+            )
+        if int(cu[-1]) != total:
+            raise ValueError(
+                f"cu_seqlens[-1] = {int(cu[-1])} must equal the token count x.shape[{t_axis}] = {total}"
+            )
+    tokens = torch.arange(total, device=device)
+    seq = torch.searchsorted(cu[1:], tokens, right=True).clamp_(max=max(count - 1, 0))
+    pos = tokens - cu[seq]
+    if start_offsets is not None:
+        off = _check_offset(start_offsets, "start_offsets", device)
+        if off.ndim == 1:
+            if off.shape[0] != count:
+                raise ValueError(
+                    f"start_offsets must be a scalar or have {count} entries, got {tuple(off.shape)}"
+                )
+            off = off[seq]
+        pos = pos + off
+    placed = [1] * (len(shape) - 1)
+    placed[t_axis] = total
+    return pos.reshape(placed)
+
+
+def resolve_positions(
+    x: torch.Tensor,
+    positions: Any,
+    axes: str | None,
+    offset: Any,
+    cu_seqlens: Any,
+    start_offsets: Any,
+) -> torch.Tensor:
+    """Positions broadcasting against ``x.shape[:-1]`` from exactly one of ids, ``offset``, ``cu_seqlens``."""
+    given = [
+        n
+        for n, v in (("positions", positions), ("offset", offset), ("cu_seqlens", cu_seqlens))
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of positions, offset, cu_seqlens; got {given or 'none'}")
+    if start_offsets is not None and cu_seqlens is None:
+        raise ValueError("start_offsets goes with cu_seqlens (use offset= for a batch)")
+    shape = tuple(x.shape)
+    if axes is None:
+        if positions is None:
+            raise ValueError("offset= and cu_seqlens= need axes= (e.g. 'bshd' or 'thd')")
+        return as_positions(positions, x.device)
+    axes = parse_axes(axes, x.ndim)
+    if offset is not None:
+        return offset_positions(offset, axes, shape, x.device)
+    if cu_seqlens is not None:
+        return varlen_positions(cu_seqlens, start_offsets, axes, shape, x.device)
+    return place_positions(as_positions(positions, x.device), axes, shape)
+
+
+# -- kernels --------
+
+
+def _tables(
+    pos: torch.Tensor,
+    cfg: RopeConfig,
+    seq_len: int | None,
+    angle_dtype: torch.dtype,
+    ndim: int,
+    inverse: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Half-width cos/sin for ``pos`` left-padded to ``ndim - 1`` leading axes; ``sin`` negated if inverse."""
+    pos = pos.reshape((1,) * (ndim - 1 - pos.ndim) + tuple(pos.shape))
+    inv, factor = freq_table(cfg, seq_len_of(pos, cfg, seq_len), angle_dtype, pos.device)
+    cos, sin = angle_tables(pos, inv, factor)
+    return cos, (-sin if inverse else sin)
+
+
+def _check_fits(pos: torch.Tensor, lead: tuple[int, ...], name: str) -> None:
+    lead_pos = (1,) * (len(lead) - pos.ndim) + tuple(pos.shape) if pos.ndim <= len(lead) else None
+    if lead_pos is None or any(p not in (1, n) for p, n in zip(lead_pos, lead, strict=True)):
+        raise ValueError(
+            f"positions of shape {tuple(pos.shape)} do not broadcast against {name}.shape[:-1] = {lead}"
+        )
+
+
+def _blocks(x: torch.Tensor, rd: int, compute: torch.dtype) -> tuple[int, list[tuple]]:
+    """The block axis (longest leading axis) and index tuples of about ``_BLOCK_BYTES`` of work each."""
+    if x.ndim == 1:
+        return 0, [(...,)]
+    axis = max(range(x.ndim - 1), key=lambda i: x.shape[i])
+    length = x.shape[axis]
+    itemsize = torch.empty((), dtype=compute).element_size()
+    row_bytes = max(1, (x.numel() // max(x.shape[-1], 1)) * rd // max(length, 1)) * itemsize
+    step = max(1, _BLOCK_BYTES // row_bytes)
+    return axis, [(slice(None),) * axis + (slice(s, s + step),) for s in range(0, length, step)]
+
+
+def _part(t: torch.Tensor, axis: int, index: tuple) -> torch.Tensor:
+    """The block ``index`` of a table ``t`` (unchanged where it broadcasts along the block axis)."""
+    return t if index == (...,) or t.shape[axis] == 1 else t[index]
+
+
+def _full_cos(c: torch.Tensor, layout: str) -> torch.Tensor:
+    return torch.cat((c, c), dim=-1) if layout == "half" else torch.stack((c, c), dim=-1).flatten(-2)
+
+
+def _complex_factor(cos: torch.Tensor, sin: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
+    return torch.complex(cos.to(compute), sin.to(compute))
+
+
+def _rotate_out_eager(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, rd: int, compute: torch.dtype
+) -> torch.Tensor:
+    """Out of place, no autograd: a new contiguous tensor, written block by block (reads ``x`` once).
+
+    Half-precision inputs are converted into a float32 scratch block that stays in cache, rotated
+    there and rounded once into the output block (the original kernel mixes dtypes in full-size ops).
+    """
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if rd < x.shape[-1]:
+        out[..., rd:] = x[..., rd:]
+    if _complex_ok(x, layout, compute):
+        n = rd // 2
+        oc = torch.view_as_complex(out[..., :rd].unflatten(-1, (n, 2)))
+        torch.mul(
+            torch.view_as_complex(x[..., :rd].unflatten(-1, (n, 2))),
+            _complex_factor(cos, sin, compute),
+            out=oc,
+        )
+        return out
+    axis, blocks = _blocks(x, rd, compute)
+    c, s = cos.to(compute), sin.to(compute)
+    full = _full_cos(c, layout)
+    scratch = None
+    for index in blocks:
+        xb, ob = x[index], out[index][..., :rd]
+        if compute == x.dtype:
+            _rotate_block(xb, _part(full, axis, index), _part(s, axis, index), ob, layout, rd)
+            continue
+        if scratch is None:  # two compute-dtype blocks, reused: the converted input and the result
+            scratch = torch.empty((2,) + tuple(ob.shape), dtype=compute, device=x.device)
+        xw, work = (t if index == (...,) else t.narrow(axis, 0, ob.shape[axis]) for t in scratch)
+        # Convert first: torch's mixed-dtype mul/addcmul on CPU is about 20x slower than a conversion.
+        xw.copy_(xb[..., :rd])
+        _rotate_block(xw, _part(full, axis, index), _part(s, axis, index), work, layout, rd)
+        ob.copy_(work)
+    return out
+
+
+def _rotate_inplace_eager(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, rd: int, compute: torch.dtype
+) -> None:
+    """Rotate ``x[..., :rd]`` in place, in cache-sized blocks, touching only the elements of the view."""
+    if _complex_ok(x, layout, compute):
+        n = rd // 2
+        torch.view_as_complex(x[..., :rd].unflatten(-1, (n, 2))).mul_(_complex_factor(cos, sin, compute))
+        return
+    axis, blocks = _blocks(x, rd, compute)
+    c_all, s_all = cos.to(compute), sin.to(compute)
+    for index in blocks:
+        xb = x[index][..., :rd]
+        c, s = _part(c_all, axis, index), _part(s_all, axis, index)
+        work = xb if compute == x.dtype else xb.to(compute)
+        a, b = _pairs(work, layout, rd)
+        saved = a.clone()
+        a.mul_(c).addcmul_(b, s, value=-1)
+        b.mul_(c).addcmul_(saved, s)
+        if work is not xb:
+            xb.copy_(work)
+
+
+def _rotate_into(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cfg: RopeConfig,
+    compute: torch.dtype,
+    autograd: str,
+    kernel: str,
+    inplace: bool,
+) -> torch.Tensor:
+    """Out of place: a new contiguous tensor. In place: ``x`` itself, rotated through its strides.
+
+    Autograd, ``torch.compile``, ``kernel="triton"`` and ``autograd="native"`` go through
+    :func:`~rope_ref.backends._torch_core.rotate_tables` (in place: its result copied into ``x``);
+    the plain eager case uses the blocked kernels above.
+    """
+    rd = cfg.rotary_dim
+    needs_graph = torch.is_grad_enabled() and x.requires_grad
+    if needs_graph or not _eager() or kernel != "torch" or autograd != "function":
+        y = rotate_tables(x, cos, sin, cfg.layout, rd, compute, autograd, kernel)
+        return x.copy_(y) if inplace else y
+    if x.device.type != "cpu":  # the blocking is tuned for CPU caches
+        y = rotate_tables(x, cos, sin, cfg.layout, rd, compute, autograd, kernel)
+        return x.copy_(y) if inplace else y
+    if inplace:
+        _rotate_inplace_eager(x, cos, sin, cfg.layout, rd, compute)
+        return x
+    return _rotate_out_eager(x, cos, sin, cfg.layout, rd, compute)
+
+
+def _common(cfg: Any, angle_dtype: Any, kernel: Any, inverse: Any, inplace: Any) -> RopeConfig:
+    check_kernel(kernel)
+    check_angle_dtype(angle_dtype)
+    for name, flag in (("inverse", inverse), ("inplace", inplace)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    return check_config(cfg)
+
+
+def apply(
+    x: torch.Tensor,
+    positions: Any = None,
+    cfg: RopeConfig | None = None,
+    *,
+    axes: str | None = None,
+    offset: Any = None,
+    cu_seqlens: Any = None,
+    start_offsets: Any = None,
+    inverse: bool = False,
+    inplace: bool = False,
+    seq_len: int | None = None,
+    angle_dtype: torch.dtype = torch.float32,
+    compute_dtype: Any = None,
+    autograd: str = "function",
+    kernel: str = "torch",
+) -> torch.Tensor:
+    """Rotate ``x`` (any strides) by positions given as ids, a cache ``offset`` or ``cu_seqlens``.
+
+    ``axes`` (``"bshd"``, ``"bhsd"``, ``"sbhd"``, ``"thd"``, ``"shd"``, ``"hsd"``) names x's axes; then
+    ``positions`` may be HF-style ``(B, S)`` ids, per-token ids or a scalar. Without ``axes`` positions
+    broadcast against ``x.shape[:-1]`` (the original ``apply``). ``offset``: token ``s`` of row ``b``
+    is at ``offset[b] + s`` (int or ``(B,)``). ``cu_seqlens`` (``thd`` only): positions restart at each
+    sequence, plus ``start_offsets[j]``. ``inverse``: rotate by ``-m theta``. ``inplace``: write into
+    ``x`` (only the elements of the view) and return it. Other arguments as the original ``apply``.
+    """
+    if axes is None and offset is None and cu_seqlens is None and not inverse and inplace is False:
+        # The original call: exactly the original code path (and its messages).
+        return _plain_apply(
+            x,
+            positions,
+            cfg,
+            seq_len=seq_len,
+            angle_dtype=angle_dtype,
+            compute_dtype=compute_dtype,
+            autograd=autograd,
+            kernel=kernel,
+        )
+    cfg = _common(cfg, angle_dtype, kernel, inverse, inplace)
+    x = check_x(x, cfg.head_dim)
+    compute = resolve_compute_dtype(compute_dtype, x.dtype)
+    pos = resolve_positions(x, positions, axes, offset, cu_seqlens, start_offsets)
+    _check_fits(pos, tuple(x.shape[:-1]), "x")
+    cos, sin = _tables(pos, cfg, seq_len, angle_dtype, x.ndim, inverse)
+    return _rotate_into(x, cos, sin, cfg, compute, autograd, kernel, inplace)
+
+
+def _check_pair(q: torch.Tensor, k: torch.Tensor, axes: str | None) -> int:
+    """The head axis of q/k (same shape except heads; Hq a multiple of Hk), or a ValueError."""
+    if axes is None:
+        raise ValueError("apply_qk needs axes= naming the head axis (e.g. 'bshd', 'bhsd', 'thd')")
+    axes = parse_axes(axes, q.ndim)
+    if "h" not in axes:
+        raise ValueError(f"axes={axes!r} has no head axis 'h'")
+    if k.ndim != q.ndim:
+        raise ValueError(f"k has {k.ndim} axes but q has {q.ndim} (axes={axes!r})")
+    h = axes.index("h")
+    hq, hk = q.shape[h], k.shape[h]
+    other_q = tuple(n for i, n in enumerate(q.shape) if i != h)
+    other_k = tuple(n for i, n in enumerate(k.shape) if i != h)
+    if other_q != other_k:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on every axis but the heads")
+    if hk == 0 or hq % hk:
+        raise ValueError(f"k heads ({hk}) must divide q heads ({hq}) (GQA/MQA), axes={axes!r}")
+    return h
+
+
+def apply_qk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    positions: Any = None,
+    cfg: RopeConfig | None = None,
+    *,
+    axes: str | None = None,
+    offset: Any = None,
+    cu_seqlens: Any = None,
+    start_offsets: Any = None,
+    inverse: bool = False,
+    inplace: bool = False,
+    seq_len: int | None = None,
+    angle_dtype: torch.dtype = torch.float32,
+    compute_dtype: Any = None,
+    autograd: str = "function",
+    kernel: str = "torch",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate q ``(.., Hq, ..)`` and k ``(.., Hk, ..)`` (``Hk`` divides ``Hq``) with one table build.
+
+    Positions as in :func:`apply` (``axes`` is required; positions must not vary over heads). Returns
+    ``(q_rot, k_rot)``; with ``inplace`` these are ``q`` and ``k``, written through their strides (they
+    may be disjoint slices of one packed buffer).
+    """
+    cfg = _common(cfg, angle_dtype, kernel, inverse, inplace)
+    q, k = check_x(q, cfg.head_dim, "q"), check_x(k, cfg.head_dim, "k")
+    if k.dtype != q.dtype or k.device != q.device:
+        raise ValueError(
+            f"q and k must share dtype and device, got {q.dtype}/{q.device} and {k.dtype}/{k.device}"
+        )
+    h = _check_pair(q, k, axes)
+    compute = resolve_compute_dtype(compute_dtype, q.dtype)
+    pos = resolve_positions(q, positions, axes, offset, cu_seqlens, start_offsets)
+    lead = tuple(1 if i == h else n for i, n in enumerate(q.shape[:-1]))
+    _check_fits(pos, lead, "q (heads excluded)")
+    cos, sin = _tables(pos, cfg, seq_len, angle_dtype, q.ndim, inverse)
+    graph = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
+    if kernel == "triton" and autograd == "function" and not graph and _eager():
+        from ._torch_triton import check_triton
+        from ._torch_triton_qk import rotate_triton_qk
+
+        check_triton(q, compute)
+        qo, ko = rotate_triton_qk(q, k, cos, sin, cfg.layout, cfg.rotary_dim, compute)  # one launch
+        return (q.copy_(qo), k.copy_(ko)) if inplace else (qo, ko)
+    return (
+        _rotate_into(q, cos, sin, cfg, compute, autograd, kernel, inplace),
+        _rotate_into(k, cos, sin, cfg, compute, autograd, kernel, inplace),
+    )
+
+
+def split_qkv(qkv: torch.Tensor, num_heads_q: int, num_heads_kv: int, axes: str) -> tuple[torch.Tensor, ...]:
+    """Views ``(q, k, v)`` of a packed ``(..., Hq + 2 Hk, ...)`` tensor along the ``h`` axis of ``axes``."""
+    axes = parse_axes(axes, qkv.ndim)
+    if "h" not in axes:
+        raise ValueError(f"axes={axes!r} has no head axis 'h' to split")
+    for name, n in (("num_heads_q", num_heads_q), ("num_heads_kv", num_heads_kv)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+    h = axes.index("h")
+    if qkv.shape[h] != num_heads_q + 2 * num_heads_kv:
+        raise ValueError(
+            f"qkv.shape[{h}] = {qkv.shape[h]} does not split as num_heads_q + 2 * num_heads_kv = "
+            f"{num_heads_q} + 2 * {num_heads_kv}"
+        )
+    # narrow (not split): single views, which autograd lets the in-place path write.
+    return (
+        qkv.narrow(h, 0, num_heads_q),
+        qkv.narrow(h, num_heads_q, num_heads_kv),
+        qkv.narrow(h, num_heads_q + num_heads_kv, num_heads_kv),
+    )
+
+
+def apply_qkv(
+    qkv: torch.Tensor,
+    positions: Any = None,
+    cfg: RopeConfig | None = None,
+    *,
+    num_heads_q: int,
+    num_heads_kv: int | None = None,
+    axes: str | None = None,
+    offset: Any = None,
+    cu_seqlens: Any = None,
+    start_offsets: Any = None,
+    inverse: bool = False,
+    inplace: bool = False,
+    seq_len: int | None = None,
+    angle_dtype: torch.dtype = torch.float32,
+    compute_dtype: Any = None,
+    autograd: str = "function",
+    kernel: str = "torch",
+) -> torch.Tensor:
+    """Rotate the q and k heads of a packed ``(..., Hq + 2 Hk, D)`` tensor; V stays bit for bit as it was.
+
+    ``num_heads_kv`` defaults to ``num_heads_q`` (MHA). Positions and options as :func:`apply_qk`.
+    Out of place: a new tensor (V copied exactly); in place: ``qkv`` itself (V never written).
+    """
+    if axes is None:
+        raise ValueError("apply_qkv needs axes= naming the head axis (e.g. 'bshd', 'thd')")
+    num_heads_kv = num_heads_q if num_heads_kv is None else num_heads_kv
+    q, k, v = split_qkv(qkv, num_heads_q, num_heads_kv, axes)
+    opts = dict(
+        axes=axes,
+        offset=offset,
+        cu_seqlens=cu_seqlens,
+        start_offsets=start_offsets,
+        inverse=inverse,
+        seq_len=seq_len,
+        angle_dtype=angle_dtype,
+        compute_dtype=compute_dtype,
+        autograd=autograd,
+        kernel=kernel,
+    )
+    if inplace:
+        apply_qk(q, k, positions, cfg, inplace=True, **opts)
+        return qkv
+    h = axes.index("h")
+    qr, kr = apply_qk(q, k, positions, cfg, **opts)
+    return torch.cat((qr, kr, v), dim=h)
