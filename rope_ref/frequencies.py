@@ -128,6 +128,8 @@ def _place_ids(positions: Any, axes: str) -> np.ndarray:
 
     ids = as_positions(positions)
     letters = parse_axes(axes)
+    if ids.ndim == len(letters) - 1:  # one axis per leading axis of x already
+        return positions_for_axes(ids, letters, ids.shape + (1,))
     sizes = {"b": 1, "s": 1, "t": 1}
     if ids.ndim == 1:
         sizes["s"] = sizes["t"] = ids.shape[0]

@@ -57,3 +57,11 @@ def test_cos_sin_with_axes_places_the_ids(ids, axes, shape, expand):
     want_cos, want_sin = rope_ref.cos_sin(ids, CFG)  # (..., 8) in the ids' own layout
     assert cos.shape == shape and sin.shape == shape
     assert np.array_equal(cos, expand(want_cos)) and np.array_equal(sin, expand(want_sin))
+
+
+def test_cos_sin_with_axes_takes_full_rank_ids_as_they_are():
+    ids = np.arange(30.0).reshape(2, 3, 5)  # (B, H, S): one axis per leading axis of x
+    cos, _ = rope_ref.cos_sin(ids, CFG, axes="bhsd")
+    assert cos.shape == (2, 3, 5, 8) and np.array_equal(cos, rope_ref.cos_sin(ids, CFG)[0])
+    with pytest.raises(ValueError, match="axes"):
+        rope_ref.cos_sin(np.zeros((2, 3, 5)), CFG, axes="thd")  # 3-D ids cannot be placed on (T, H)
