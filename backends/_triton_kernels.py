@@ -1,13 +1,14 @@
 """Triton kernels of the torch adapter (imported only by :mod:`._torch_triton`, on first use).
 
-``rope_rows`` rotates a tile of rows by RoFormer (arXiv 2104.09864) eq. 34 in one pass; see
+``rope_rows`` rotates a tile of rows by RoFormer (arXiv 2104.09864) eq. 34 in one pass (the body is
+``rope_tile``, which the q/k pair kernel shares); see
 :func:`rope_ref.backends._torch_triton.rotate_triton` for the launch and the argument meaning.
 """
 
 import triton
 import triton.language as tl
 
-__all__ = ["rope_rows"]
+__all__ = ["rope_rows", "rope_tile"]
 
 
 @triton.jit
@@ -27,8 +28,8 @@ def round_out(y, out_ty: tl.constexpr):
 
 
 @triton.jit
-def rope_rows(
-    x_ptr, cos_ptr, sin_ptr, out_ptr,
+def rope_tile(
+    tile, x_ptr, cos_ptr, sin_ptr, out_ptr,
     n_rows, size1, size2, size3,
     sx0, sx1, sx2, sx3, sxd,
     sc0, sc1, sc2, sc3, scd,
@@ -38,7 +39,8 @@ def rope_rows(
     INTERLEAVED: tl.constexpr, FP64: tl.constexpr,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
 ):  # fmt: skip
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS).to(tl.int64)
+    """Rotate rows ``tile * ROWS ..`` of one tensor (RoFormer eq. 34, one rounding per operation)."""
+    rows = tile.to(tl.int64) * ROWS + tl.arange(0, ROWS).to(tl.int64)
     row_ok = rows < n_rows
     # The flat row index -> up to four leading indices (row-major over size0..size3).
     i3 = rows % size3
@@ -51,7 +53,6 @@ def rope_rows(
     c_row = i0 * sc0 + i1 * sc1 + i2 * sc2 + i3 * sc3
     s_row = i0 * ss0 + i1 * ss1 + i2 * ss2 + i3 * ss3
     o_row = i0 * so0 + i1 * so1 + i2 * so2 + i3 * so3
-
     pair = tl.arange(0, BLOCK_N)
     ok = row_ok[:, None] & (pair < n_pairs)[None, :]
     if INTERLEAVED:
@@ -68,9 +69,25 @@ def rope_rows(
     out_ty = out_ptr.dtype.element_ty
     tl.store(out_ptr + o_row[:, None] + col_a[None, :], round_out(xa * c - xb * s, out_ty), mask=ok)
     tl.store(out_ptr + o_row[:, None] + col_b[None, :], round_out(xb * c + xa * s, out_ty), mask=ok)
-
-    if BLOCK_P > 0:  # pass-through channels rotary_dim .. head_dim-1, copied bit for bit
+    if BLOCK_P > 0:
         col_p = 2 * n_pairs + tl.arange(0, BLOCK_P)
         ok_p = row_ok[:, None] & (tl.arange(0, BLOCK_P) < n_pass)[None, :]
         kept = tl.load(x_ptr + x_row[:, None] + col_p[None, :] * sxd, mask=ok_p)
         tl.store(out_ptr + o_row[:, None] + col_p[None, :], kept, mask=ok_p)
+
+
+@triton.jit
+def rope_rows(
+    x_ptr, cos_ptr, sin_ptr, out_ptr,
+    n_rows, size1, size2, size3,
+    sx0, sx1, sx2, sx3, sxd,
+    sc0, sc1, sc2, sc3, scd,
+    ss0, ss1, ss2, ss3, ssd,
+    so0, so1, so2, so3,
+    n_pairs, n_pass,
+    INTERLEAVED: tl.constexpr, FP64: tl.constexpr,
+    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
+):  # fmt: skip
+    rope_tile(tl.program_id(0), x_ptr, cos_ptr, sin_ptr, out_ptr, n_rows, size1, size2, size3,
+              sx0, sx1, sx2, sx3, sxd, sc0, sc1, sc2, sc3, scd, ss0, ss1, ss2, ss3, ssd,
+              so0, so1, so2, so3, n_pairs, n_pass, INTERLEAVED, FP64, ROWS, BLOCK_N, BLOCK_P)  # fmt: skip
