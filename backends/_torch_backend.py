@@ -6,7 +6,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from rope_ref.conformance.protocol import Backend, PrecisionPolicy, canonical_dtype
+from rope_ref.conformance.protocol import (
+    Backend,
+    NextPositionIdsFromFullIds,
+    PrecisionPolicy,
+    canonical_dtype,
+)
 
 import rope_ref
 
@@ -33,7 +38,7 @@ POLICIES = {
 }
 
 
-class TorchBackend(Backend):
+class TorchBackend(NextPositionIdsFromFullIds, Backend):
     """This adapter behind the conformance protocol; every per-position computation is torch.
 
     ``apply_vjp`` runs real autograd through :class:`RotateFunction` (``autograd="function"``) or plain
@@ -122,24 +127,6 @@ class TorchBackend(Backend):
             gmask_token_id=gmask_token_id,
             position_encoding_2d=position_encoding_2d,
         )
-
-    def chatglm_next_position_ids(
-        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
-    ):
-        """ChatGLM-6B's ids for the next decoded token: the last column of the full 2D ids.
-
-        ``[mask_position, seq_len - context_length]`` (the released ``prepare_inputs_for_generation``
-        with a cache); the 1D form keeps the first row. See :func:`rope_ref.chatglm.next_position_ids`.
-        """
-        full = self.chatglm_position_ids(
-            input_ids,
-            bos_token_id=bos_token_id,
-            mask_token_id=mask_token_id,
-            gmask_token_id=gmask_token_id,
-            position_encoding_2d=True,
-        )
-        last = full[:, :, -1:]
-        return last if position_encoding_2d else last[:, 0, :]
 
     def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
         return chatglm_apply_2d(

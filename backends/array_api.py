@@ -26,7 +26,12 @@ import importlib
 from typing import Any
 
 import numpy as np
-from rope_ref.conformance.protocol import Backend, PrecisionPolicy, canonical_dtype
+from rope_ref.conformance.protocol import (
+    Backend,
+    NextPositionIdsFromFullIds,
+    PrecisionPolicy,
+    canonical_dtype,
+)
 
 __all__ = ["ArrayAPIBackend", "make_backend", "available", "widest_float", "multiaxis_apply"]
 
@@ -71,7 +76,7 @@ def _broadcasts_to(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
     return all(s in (1, b) for s, b in zip(reversed(small), reversed(big), strict=False))
 
 
-class ArrayAPIBackend(Backend):
+class ArrayAPIBackend(NextPositionIdsFromFullIds, Backend):
     """RoPE on any Array API namespace. ``xp`` is the (compat-wrapped) namespace, ``device`` its device."""
 
     inplace = False
@@ -270,25 +275,6 @@ class ArrayAPIBackend(Backend):
             return pos
         block = xp.where(after, j - context[:, None] + 1, xp.zeros_like(j))
         return xp.stack([pos, block], axis=1)
-
-
-    def chatglm_next_position_ids(
-        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
-    ):
-        """ChatGLM-6B's ids for the next decoded token: the last column of the full 2D ids.
-
-        ``[mask_position, seq_len - context_length]`` (the released ``prepare_inputs_for_generation``
-        with a cache); the 1D form keeps the first row. See :func:`rope_ref.chatglm.next_position_ids`.
-        """
-        full = self.chatglm_position_ids(
-            input_ids,
-            bos_token_id=bos_token_id,
-            mask_token_id=mask_token_id,
-            gmask_token_id=gmask_token_id,
-            position_encoding_2d=True,
-        )
-        last = full[:, :, -1:]
-        return last if position_encoding_2d else last[:, 0, :]
 
     def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
         """ChatGLM-6B 2D rotary: each half of a head is a half-layout RoPE over head_dim/2 channels.

@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rope_ref.conformance.protocol import Backend, PrecisionPolicy, canonical_dtype
+from rope_ref.conformance.protocol import (
+    Backend,
+    NextPositionIdsFromFullIds,
+    PrecisionPolicy,
+    canonical_dtype,
+)
 
 import rope_ref
 from rope_ref.config import RopeConfig
@@ -425,7 +430,7 @@ def multiaxis_apply_vjp(
 # -- the conformance backend -----------------------------------------------------------------------
 
 
-class CupyBackend(Backend):
+class CupyBackend(NextPositionIdsFromFullIds, Backend):
     """The fused CuPy kernels behind the conformance protocol (see the module docstring)."""
 
     name = "cupy"
@@ -496,25 +501,6 @@ class CupyBackend(Backend):
             gmask_token_id=gmask_token_id,
             position_encoding_2d=position_encoding_2d,
         )
-
-
-    def chatglm_next_position_ids(
-        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
-    ):
-        """ChatGLM-6B's ids for the next decoded token: the last column of the full 2D ids.
-
-        ``[mask_position, seq_len - context_length]`` (the released ``prepare_inputs_for_generation``
-        with a cache); the 1D form keeps the first row. See :func:`rope_ref.chatglm.next_position_ids`.
-        """
-        full = self.chatglm_position_ids(
-            input_ids,
-            bos_token_id=bos_token_id,
-            mask_token_id=mask_token_id,
-            gmask_token_id=gmask_token_id,
-            position_encoding_2d=True,
-        )
-        last = full[:, :, -1:]
-        return last if position_encoding_2d else last[:, 0, :]
 
     def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
         from ._cupy_extras import apply_2d

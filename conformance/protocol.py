@@ -238,3 +238,26 @@ class Backend:
             f"<{type(self).__name__} {self.name} {self.version} on {self.device}: "
             f"io={p.io_dtype} angles={p.angle_dtype} compute={p.compute_dtype}>"
         )
+
+
+class NextPositionIdsFromFullIds:
+    """Mixin: :meth:`Backend.chatglm_next_position_ids` from the backend's own ``chatglm_position_ids``.
+
+    ChatGLM-6B's ids for the next decoded token are the last column of the full 2D ids,
+    ``[mask_position, seq_len - context_length]`` (``prepare_inputs_for_generation`` with a cache in the
+    released ``modeling_chatglm.py``); the 1D form keeps the first row. Works on any array type that
+    slices like NumPy (torch, CuPy, array-api namespaces). See :func:`rope_ref.chatglm.next_position_ids`.
+    """
+
+    def chatglm_next_position_ids(
+        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
+    ):
+        full = self.chatglm_position_ids(
+            input_ids,
+            bos_token_id=bos_token_id,
+            mask_token_id=mask_token_id,
+            gmask_token_id=gmask_token_id,
+            position_encoding_2d=True,
+        )
+        last = full[:, :, -1:]
+        return last if position_encoding_2d else last[:, 0, :]
