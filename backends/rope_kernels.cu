@@ -176,6 +176,22 @@ __device__ __forceinline__ void rope_rotate_rows(const typename Io::storage* x, 
 }
 
 // Copy pass-through channel c in every inner row of one outer row.
+// One pair at position m: cos/sin of the float32 angle fl32(m * freq) times the attention factor, then the
+// rotation over every row of the lane (eq. 34). Position 0 with factor 1 is the identity, copied bit for
+// bit (signed zeros, inf). Shared by the 1D and the multi-axis kernels.
+template <class Io>
+__device__ __forceinline__ void rope_pair_rows(const typename Io::storage* x, typename Io::storage* out, i64 xo,
+                                               i64 oo, const RopeShape& s, i64 ia, i64 ib, double m,
+                                               double freq, float factor, float sin_sign) {
+    const bool identity = (m == 0.0) && (factor == 1.0f);
+    const float angle = (float)(m * freq);
+    float sn, cs;
+    sincosf(angle, &sn, &cs);
+    cs *= factor;
+    sn *= factor * sin_sign;
+    rope_rotate_rows<Io>(x, out, xo, oo, s, ia, ib, cs, sn, identity);
+}
+
 template <class T>
 __device__ __forceinline__ void rope_copy_rows(const T* x, T* out, i64 xo, i64 oo, const RopeShape& s, i64 c) {
     for (i64 i0 = 0; i0 < s.i_size0; ++i0) {
@@ -200,14 +216,7 @@ __device__ __forceinline__ void rope_apply_impl(
             if (lane < n_pairs) {
                 const i64 ia = half_layout ? lane : 2 * (i64)lane;
                 const i64 ib = half_layout ? lane + (i64)n_pairs : 2 * (i64)lane + 1;
-                // Position 0 with factor 1 is the identity, copied bit for bit (signed zeros, inf).
-                const bool identity = (m == 0.0) && (factor == 1.0f);
-                const float angle = (float)(m * inv_freq[lane]);
-                float sn, cs;
-                sincosf(angle, &sn, &cs);
-                cs *= factor;
-                sn *= factor * sin_sign;
-                rope_rotate_rows<Io>(x, out, xo, oo, s, ia, ib, cs, sn, identity);
+                rope_pair_rows<Io>(x, out, xo, oo, s, ia, ib, m, inv_freq[lane], factor, sin_sign);
             } else {
                 rope_copy_rows(x, out, xo, oo, s, 2 * (i64)n_pairs + (lane - n_pairs));  // pass-through
             }
@@ -271,14 +280,7 @@ __device__ __forceinline__ void rope_multiaxis_impl(
                 const i64 ia = half_layout ? first + j : first + 2 * (i64)j;
                 const i64 ib = half_layout ? ia + per_block : ia + 1;
                 const double m = positions[po + (i64)pair_stream[lane] * stream_stride];
-                const float factor = pair_factor[lane];
-                const bool identity = (m == 0.0) && (factor == 1.0f);
-                const float angle = (float)(m * pair_freq[lane]);
-                float sn, cs;
-                sincosf(angle, &sn, &cs);
-                cs *= factor;
-                sn *= factor * sin_sign;
-                rope_rotate_rows<Io>(x, out, xo, oo, s, ia, ib, cs, sn, identity);
+                rope_pair_rows<Io>(x, out, xo, oo, s, ia, ib, m, pair_freq[lane], pair_factor[lane], sin_sign);
             } else {
                 rope_copy_rows(x, out, xo, oo, s, 2 * (i64)n_pairs + (lane - n_pairs));  // pass-through
             }
