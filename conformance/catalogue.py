@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from rope_ref._fixed import irwin_hall
+
 from .case import Case
 
 __all__ = [
@@ -113,7 +115,6 @@ BUG_CLASSES: dict[str, str] = {
 }
 
 _CLIP = 4.0
-_IRWIN_HALL_TERMS = 12  # the sum of 12 uniforms on [0, 1) has mean 6 and variance 1
 
 
 def _seed(name: str) -> int:
@@ -124,17 +125,10 @@ def _seed(name: str) -> int:
 def _normal(name: str, shape: Sequence[int]) -> np.ndarray:
     """Approximately N(0, 1) draws in (-4, 4], float64, from PCG64 seeded by ``name``.
 
-    Irwin-Hall: the sum of 12 uniform draws minus 6 (mean 0, variance 1, tails cut at +-6, here
-    clipped to +-4). The uniforms are ``(53 random bits) * 2**-53``, exact, and the sum runs in a fixed
-    order, so the inputs are the same bits on every machine. ``standard_normal`` is not: its ziggurat
-    falls back to the C library's ``log``/``exp`` in the tails.
+    :func:`rope_ref._fixed.irwin_hall` clipped to +-4: the same bits on every machine.
     """
     rng = np.random.Generator(np.random.PCG64(_seed(name)))
-    uniforms = rng.random((_IRWIN_HALL_TERMS, *shape))
-    total = np.zeros(tuple(shape))
-    for term in uniforms:
-        total += term
-    return np.clip(total - 6.0, -_CLIP, _CLIP)
+    return np.clip(irwin_hall(rng, tuple(shape)), -_CLIP, _CLIP)
 
 
 def _round_bf16(x: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fixed_sum", "fixed_dot", "exp_basic"]
+__all__ = ["fixed_sum", "fixed_dot", "exp_basic", "irwin_hall"]
 
 
 def fixed_sum(a: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -64,3 +64,21 @@ def exp_basic(x: np.ndarray) -> np.ndarray:
         out = np.ldexp(np.ldexp(p, half.astype(np.int64)), (k - half).astype(np.int64))
     out = np.where(x < -746.0, 0.0, out)
     return np.where(np.isnan(x), x, out)
+
+
+#: Uniform terms of :func:`irwin_hall`: their sum has mean 6 and variance 1.
+IRWIN_HALL_TERMS = 12
+
+
+def irwin_hall(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Approximately N(0, 1) draws: the sum of 12 uniforms on [0, 1) minus 6 (tails cut at +-6).
+
+    The uniforms are ``(53 random bits) * 2**-53``, exact, drawn term by term (the same stream as one
+    ``rng.random((12, *shape))``) and added in a fixed order, so the values are the same bits on every
+    machine. ``standard_normal`` is not: its ziggurat falls back to the C library's ``log``/``exp`` in
+    the tails.
+    """
+    total = np.zeros(shape)
+    for _ in range(IRWIN_HALL_TERMS):
+        total += rng.random(shape)
+    return total - 6.0

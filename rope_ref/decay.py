@@ -21,7 +21,7 @@ import numpy as np
 
 from ._arrays import as_float64, as_positions, check_int, check_real
 from ._exact_trig import cos_sin_of_product
-from ._fixed import fixed_sum
+from ._fixed import fixed_sum, irwin_hall
 from .config import RopeConfig
 from .frequencies import _check_config, attention_factor, inv_freq, resolve_seq_len
 from .rotation import pair_indices
@@ -181,8 +181,8 @@ def score_curve(
     - ``q``, ``k`` of shape ``(..., head_dim)``: the score averaged over their (broadcast) leading axes.
     - ``samples > 0`` (q and k must be None): the average over ``samples`` random pairs, q ~ N(0, I)
       and k = rho q + sqrt(1 - rho**2) eps with rho = ``correlation``, eps ~ N(0, I), drawn with
-      ``numpy.random.default_rng(seed)`` (normal draws by Irwin-Hall, see :func:`_irwin_hall`, so the
-      bits do not depend on the C library), in chunks of bounded memory; at most
+      ``numpy.random.default_rng(seed)`` (normal draws by Irwin-Hall, :func:`rope_ref._fixed.irwin_hall`,
+      so the bits do not depend on the C library), in chunks of bounded memory; at most
       :data:`MAX_SAMPLES` samples. Its expectation is rho times the all-ones curve.
 
     The score is linear in h, so averaging h over samples first is exact.
@@ -237,18 +237,6 @@ def _pair_sums(q2: np.ndarray, k2: np.ndarray, cfg: RopeConfig) -> tuple[np.ndar
     return fixed_sum(h_re, axis=0), fixed_sum(h_im, axis=0), through
 
 
-def _irwin_hall(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Approximately N(0, 1): the sum of 12 exact uniforms minus 6, added in a fixed order.
-
-    ``standard_normal`` would reach the C library's ``log``/``exp`` in its tails, whose bits vary
-    between platforms; this uses only exact uniforms and additions.
-    """
-    total = np.zeros(shape)
-    for _ in range(12):
-        total += rng.random(shape)
-    return total - 6.0
-
-
 def _sampled_pair_means(cfg: RopeConfig, samples: int, seed: int, rho: float):
     """Means of h_i and of the pass-through product over ``samples`` random (q, k) pairs, drawn in chunks.
 
@@ -262,8 +250,8 @@ def _sampled_pair_means(cfg: RopeConfig, samples: int, seed: int, rho: float):
     h_re, h_im, through = np.zeros(n), np.zeros(n), 0.0
     for start in range(0, samples, rows):
         count = min(rows, samples - start)
-        q = _irwin_hall(rng, (count, cfg.head_dim))
-        k = rho * q + noise * _irwin_hall(rng, (count, cfg.head_dim))
+        q = irwin_hall(rng, (count, cfg.head_dim))
+        k = rho * q + noise * irwin_hall(rng, (count, cfg.head_dim))
         s_re, s_im, s_through = _pair_sums(q, k, cfg)
         h_re, h_im, through = h_re + s_re, h_im + s_im, through + s_through
     return h_re / samples, h_im / samples, through / samples
