@@ -104,7 +104,8 @@ class Backend:
     Optional: ``precision_by_op`` (operation -> :class:`PrecisionPolicy` of the path serving it; its
     ``io_dtype`` must equal ``precision.io_dtype``, activations are converted once for the whole run) and
     ``oracle_tables`` (operations whose values come from rope_ref itself: they are run and judged, but
-    the report counts their passes as borrowed, not as the backend's own).
+    the report counts their passes as borrowed, not as the backend's own) and ``inplace_ops``
+    (operations of the kernel-shape family the backend runs in place when asked; see ``apply_axes``).
     """
 
     name: str = "unnamed"
@@ -114,6 +115,8 @@ class Backend:
     inplace: bool = False
     precision_by_op: dict[str, PrecisionPolicy] = {}  # noqa: RUF012 - read-only class default
     oracle_tables: frozenset[str] = frozenset()
+    #: operations (of apply_axes, apply_qk, apply_qkv) this backend can run with ``inplace=True``
+    inplace_ops: frozenset[str] = frozenset()
 
     def precision_for(self, op: str) -> PrecisionPolicy:
         """The policy the tolerance model judges ``op`` under: ``precision_by_op[op]`` or ``precision``."""
@@ -226,6 +229,98 @@ class Backend:
     def mla_softmax_scale(self, cfg) -> float:
         """DeepSeek MLA softmax scale of ``cfg`` (a :class:`rope_ref.mla.MLAConfig`):
         ``qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2`` under YaRN."""
+        raise NotImplementedError
+
+    # -- the shapes real kernels see (issue 16; optional: an old backend reports them "operation missing") --
+    # Positions come in exactly one of three forms (``docs/writing-a-backend.md``, "Kernel shapes"):
+    #   positions=     integer ids: (B, S) HF position_ids for axes with b and s, (T,) one per token for thd;
+    #   offset=        a KV-cache offset: a Python int or an integer array (B,); token s of row b is at
+    #                  offset[b] + s (axes with b and s only);
+    #   cu_seqlens=    thd only: integer (N + 1,) boundaries [0, len_0, ..., T]; positions restart at 0 in
+    #                  every sequence, plus start_offsets (None, a Python int, or an integer array (N,));
+    #                  max_seqlen (a Python int) comes with it, for kernels that need it.
+    # inverse=True rotates by -m theta (a length-dependent scaling still sees the forward positions).
+    # inplace=True only for operations named in ``inplace_ops``: write the result into the given array(s),
+    # through their strides and only their elements, and return them; the runner judges those buffers.
+
+    def permute(self, array: Any, order: tuple[int, ...]) -> Any:
+        """A view of ``array`` with its axes permuted (``numpy.transpose(array, order)`` semantics).
+
+        The runner uses it (and basic slicing, ``array[..., a:b:step, :]``) to hand transposed and strided
+        views. The default covers torch (``permute``), NumPy/CuPy/JAX (``transpose``) and any array-API
+        namespace (``permute_dims``); override it if your arrays differ.
+        """
+        if hasattr(array, "permute"):
+            return array.permute(*order)
+        if hasattr(array, "transpose"):
+            try:
+                return array.transpose(tuple(order))
+            except TypeError:
+                pass
+        from array_api_compat import array_namespace
+
+        return array_namespace(array).permute_dims(array, tuple(order))
+
+    def apply_axes(
+        self,
+        x: Any,
+        cfg,
+        *,
+        axes: str,
+        positions: Any = None,
+        offset: Any = None,
+        cu_seqlens: Any = None,
+        start_offsets: Any = None,
+        max_seqlen: int | None = None,
+        inverse: bool = False,
+        inplace: bool = False,
+        seq_len: int | None = None,
+    ) -> Any:
+        """Rotate ``x`` whose axes ``axes`` names (``"bshd"``, ``"bhsd"``, ``"sbhd"``, ``"thd"``); ``x`` may be
+        a non-contiguous view (transposed, sliced out of a larger buffer, non-unit strides). Positions in one
+        of the three forms above. Returns x's shape and I/O dtype (``x`` itself when ``inplace``)."""
+        raise NotImplementedError
+
+    def apply_qk(
+        self,
+        q: Any,
+        k: Any,
+        cfg,
+        *,
+        axes: str,
+        positions: Any = None,
+        offset: Any = None,
+        cu_seqlens: Any = None,
+        start_offsets: Any = None,
+        max_seqlen: int | None = None,
+        inverse: bool = False,
+        inplace: bool = False,
+        seq_len: int | None = None,
+    ) -> tuple[Any, Any]:
+        """Rotate q ``(.., Hq, ..)`` and k ``(.., Hk, ..)`` (``Hk`` divides ``Hq``: GQA/MQA) in one call, same
+        positions for every head; returns ``(q_rot, k_rot)``. In place, q and k may be disjoint slices of
+        one packed buffer."""
+        raise NotImplementedError
+
+    def apply_qkv(
+        self,
+        qkv: Any,
+        cfg,
+        *,
+        axes: str,
+        num_heads_q: int,
+        num_heads_kv: int,
+        positions: Any = None,
+        offset: Any = None,
+        cu_seqlens: Any = None,
+        start_offsets: Any = None,
+        max_seqlen: int | None = None,
+        inverse: bool = False,
+        inplace: bool = False,
+        seq_len: int | None = None,
+    ) -> Any:
+        """Rotate the q and k heads of a packed ``qkv`` whose head axis holds ``num_heads_q + 2 *
+        num_heads_kv`` heads (q, then k, then v); the v heads must come back bit for bit unchanged."""
         raise NotImplementedError
 
     def decay_upper_bound(self, distances: Any, cfg) -> Any:
