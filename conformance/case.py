@@ -29,6 +29,10 @@ OPS = (
     "mrope_decode_ids",
     "vision_ids",
     "mla_softmax_scale",
+    "apply_axes",
+    "apply_qk",
+    "apply_qkv",
+    "round_trip",
 )
 
 

@@ -112,6 +112,22 @@ BUG_CLASSES: dict[str, str] = {
     "mscale(f, mscale_all_dim)^2, squared twice or with the wrong mscale (HF PR #47435, Megatron #1429, "
     "llama.cpp #7118)",
     "mla_rope_yarn": "DeepSeek MLA rope part (interleaved, YaRN) wrong beyond the original context",
+    "axes_convention": "an axes convention (bshd, bhsd, sbhd, thd) misread: (B, S) ids put on the heads, "
+    "batch and sequence swapped (TransformerEngine sbhd/bshd, HF unsqueeze_dim)",
+    "strided_views": "a kernel that ignores strides: a transposed q, q sliced out of a packed projection "
+    "or a non-unit stride read as if contiguous (94% wrong elements, issue 16)",
+    "gqa_heads": "q and k with different head counts (GQA/MQA): k rotated with q's head index, or only the "
+    "first Hk heads of q rotated (flash-attn apply_rotary_emb_qkv_, vLLM rotary_embedding)",
+    "packed_qkv": "packed (.., Hq + 2 Hk, D) projections: V rotated or changed, k heads taken at the wrong "
+    "offset (flash-attn apply_rotary_emb_qkv_)",
+    "varlen": "packed varlen sequences (cu_seqlens): positions not restarted per sequence, start offsets "
+    "ignored, the tail sequence dropped (flash-attn varlen, TransformerEngine thd)",
+    "cache_offset": "a KV-cache offset (int or per batch row) applied per token instead of per sequence, "
+    "or ignored (MLX offset, keras-hub start_index, vLLM decode)",
+    "inplace": "in-place kernels writing past the view they were handed, or q and k aliasing one packed "
+    "buffer clobbering each other",
+    "inverse_rotation": "the inverse rotation (-m theta, backward and de-rotation) with the wrong sign, "
+    "or a length-dependent table taken from the negated positions",
 }
 
 _CLIP = 4.0
@@ -204,12 +220,17 @@ def evaluate(
     """Expected tensors of one case, from the float64 oracle (``rope_ref``)."""
     import rope_ref
 
+    from .kernel_shapes import KERNEL_OPS
     from .multimodal import MULTIMODAL_OPS
 
     if op in MULTIMODAL_OPS:
         from . import multimodal
 
         return multimodal.evaluate(op, inputs, params)
+    if op in KERNEL_OPS:
+        from . import kernel_shapes
+
+        return kernel_shapes.evaluate(op, config, inputs, params)
     if op in ("chatglm_position_ids", "chatglm_apply_2d", "chatglm_next_position_ids"):
         from rope_ref import chatglm
 
@@ -263,6 +284,12 @@ def auxiliary(
         from .multimodal import pair_aux
 
         return pair_aux(inputs, params)
+    from .kernel_shapes import KERNEL_OPS
+
+    if op in KERNEL_OPS:
+        from .kernel_shapes import auxiliary as kernel_aux
+
+        return kernel_aux(op, config, inputs, params)
     if op not in AUX_OPS:
         return {}
     import rope_ref
@@ -1794,6 +1821,9 @@ def build_catalogue() -> list[Case]:
     cases += _crossed() + _negative() + _explicit_seq_len() + _scaling_parameters() + _scaling_partial()
     cases += _state_orders() + _tails() + _optional(_chatglm_incremental, "rope_ref.chatglm")
     cases += _optional(_multimodal, "rope_ref.mrope")
+    from .catalogue_kernels import kernel_shape_cases
+
+    cases += kernel_shape_cases()
     _check_finite(cases)
     ids = [c.id for c in cases]
     if len(set(ids)) != len(ids):

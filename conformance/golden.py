@@ -64,7 +64,7 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 #: Version of the shipped case set, independent of the package version; bump when cases change.
-SUITE_VERSION = "2.0.0"
+SUITE_VERSION = "2.1.0"
 #: The licence of the golden vectors (the project's; the text is LICENSE at the repository root).
 LICENSE = "Apache-2.0"
 MANIFEST = "manifest.json"

@@ -97,11 +97,138 @@ class OracleBackend(Backend):
 
         return mla.softmax_scale(cfg)
 
+    # -- kernel shapes (issue 16): rope_ref.apply with axes / inverse on ids from rope_ref.positions --------
+    inplace_ops = frozenset({"apply_axes", "apply_qk", "apply_qkv"})
+
+    def _rotated(self, x, cfg, axes, pos_kw, inverse, inplace, seq_len):
+        from rope_ref.positions import kernel_positions
+
+        ids = kernel_positions(np.shape(x), axes, **pos_kw)
+        y = rope_ref.apply(x, ids, cfg, axes=axes, inverse=inverse, seq_len=seq_len)
+        if inplace:
+            x[...] = y
+            return x
+        return y
+
+    def apply_axes(
+        self,
+        x,
+        cfg,
+        *,
+        axes,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        pos_kw = dict(positions=positions, offset=offset, cu_seqlens=cu_seqlens, start_offsets=start_offsets)
+        return self._rotated(x, cfg, axes, pos_kw, inverse, inplace, seq_len)
+
+    def apply_qk(
+        self,
+        q,
+        k,
+        cfg,
+        *,
+        axes,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        _head_axis(axes, q, k)
+        if seq_len is None and cfg.scaling is not None:
+            from rope_ref.positions import kernel_positions
+
+            ids = kernel_positions(
+                np.shape(q),
+                axes,
+                positions=positions,
+                offset=offset,
+                cu_seqlens=cu_seqlens,
+                start_offsets=start_offsets,
+            )
+            seq_len = rope_ref.frequencies.resolve_seq_len(ids, cfg, None)
+        pos_kw = dict(positions=positions, offset=offset, cu_seqlens=cu_seqlens, start_offsets=start_offsets)
+        return (
+            self._rotated(q, cfg, axes, pos_kw, inverse, inplace, seq_len),
+            self._rotated(k, cfg, axes, pos_kw, inverse, inplace, seq_len),
+        )
+
+    def apply_qkv(
+        self,
+        qkv,
+        cfg,
+        *,
+        axes,
+        num_heads_q,
+        num_heads_kv,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        h = rope_ref.axes.parse_axes(axes, np.ndim(qkv)).index("h")
+        for name, n in (("num_heads_q", num_heads_q), ("num_heads_kv", num_heads_kv)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+        if qkv.shape[h] != num_heads_q + 2 * num_heads_kv:
+            raise ValueError(
+                f"qkv.shape[{h}] = {qkv.shape[h]} does not split as num_heads_q + 2 * num_heads_kv = "
+                f"{num_heads_q} + 2 * {num_heads_kv}"
+            )
+        out = qkv if inplace else np.array(qkv, copy=True)
+        lead = (slice(None),) * h
+        q = out[lead + (slice(0, num_heads_q),)]
+        k = out[lead + (slice(num_heads_q, num_heads_q + num_heads_kv),)]
+        self.apply_qk(
+            q,
+            k,
+            cfg,
+            axes=axes,
+            positions=positions,
+            offset=offset,
+            cu_seqlens=cu_seqlens,
+            start_offsets=start_offsets,
+            inverse=inverse,
+            inplace=True,
+            seq_len=seq_len,
+        )
+        return out
+
     def decay_upper_bound(self, distances, cfg):
         # RoFormer §3.4.3 relative upper bound; see rope_ref.decay.
         from rope_ref.decay import relative_upper_bound
 
         return relative_upper_bound(distances, cfg)
+
+
+def _head_axis(axes: str, q: np.ndarray, k: np.ndarray) -> int:
+    """The head axis of q and k (same shape but for heads, whose count Hk divides Hq), or a ValueError."""
+    axes = rope_ref.axes.parse_axes(axes, np.ndim(q))
+    if "h" not in axes:
+        raise ValueError(f"axes={axes!r} has no head axis 'h'")
+    if np.ndim(k) != np.ndim(q):
+        raise ValueError(f"k has {np.ndim(k)} axes but q has {np.ndim(q)} (axes={axes!r})")
+    h = axes.index("h")
+    if np.shape(q)[:h] + np.shape(q)[h + 1 :] != np.shape(k)[:h] + np.shape(k)[h + 1 :]:
+        raise ValueError(f"q {np.shape(q)} and k {np.shape(k)} must agree on every axis but the heads")
+    hq, hk = np.shape(q)[h], np.shape(k)[h]
+    if hk == 0 or hq % hk:
+        raise ValueError(f"k heads ({hk}) must divide q heads ({hq}) (GQA/MQA), axes={axes!r}")
+    return h
 
 
 def available(**_: Any) -> tuple[bool, str]:

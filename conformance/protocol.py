@@ -276,9 +276,9 @@ class Backend:
         inplace: bool = False,
         seq_len: int | None = None,
     ) -> Any:
-        """Rotate ``x`` whose axes ``axes`` names (``"bshd"``, ``"bhsd"``, ``"sbhd"``, ``"thd"``); ``x`` may be
-        a non-contiguous view (transposed, sliced out of a larger buffer, non-unit strides). Positions in one
-        of the three forms above. Returns x's shape and I/O dtype (``x`` itself when ``inplace``)."""
+        """Rotate ``x`` whose axes ``axes`` names (``"bshd"``, ``"bhsd"``, ``"sbhd"``, ``"thd"``); ``x`` may
+        be a non-contiguous view (transposed, sliced out of a larger buffer, non-unit strides). Positions in
+        one of the three forms above. Returns x's shape and I/O dtype (``x`` itself when ``inplace``)."""
         raise NotImplementedError
 
     def apply_qk(

@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from . import multimodal
+from . import kernel_shapes, multimodal
 from .case import Case
+from .kernel_shapes import KERNEL_OPS
 from .multimodal import MULTIMODAL_OPS
 from .protocol import UNSUPPORTED_REASONS, Backend, Unsupported
 from .tolerance import Comparison, check_case
@@ -70,9 +71,10 @@ _ACTIVATIONS = {
     "apply_vjp": ("x", "grad_out"),
     "chatglm_apply_2d": ("x",),
     "multiaxis_apply": ("x",),
+    **kernel_shapes.ACTIVATIONS,
 }
 # Operations whose output is an activation in the backend's I/O dtype.
-_IO_OUTPUT_OPS = ("apply", "apply_vjp", "chatglm_apply_2d", "multiaxis_apply")
+_IO_OUTPUT_OPS = ("apply", "apply_vjp", "chatglm_apply_2d", "multiaxis_apply", *KERNEL_OPS)
 
 
 class _CaseFailure(Exception):
@@ -520,6 +522,8 @@ class Runner:
         return "operation" if mine is None or mine is getattr(Backend, op, None) else "config"
 
     def _execute(self, case: Case) -> list[Comparison]:
+        if case.op in KERNEL_OPS:
+            return self._execute_kernel_shape(case)
         b = self.backend
         io = b.precision.io_dtype
         activations = _ACTIVATIONS.get(case.op, ())
@@ -533,6 +537,30 @@ class Runner:
         raw = self._call(case, converted)
         outputs = self._outputs(case, raw)
         self._check_mutation(case, originals, handed, converted, snapshots, activations)
+        policy = b.precision_for(case.op) if hasattr(b, "precision_for") else b.precision
+        return check_case(case, outputs, policy)
+
+    def _execute_kernel_shape(self, case: Case) -> list[Comparison]:
+        """Issue 16 operations: views built by :func:`kernel_shapes.present`, in-place cases judged on the
+        buffers the backend wrote, entries outside the views (and V of a packed qkv) checked bit for bit."""
+        b = self.backend
+        inplace = bool(case.params.get("inplace", False))
+        if inplace and case.op not in (getattr(b, "inplace_ops", None) or ()):
+            raise Unsupported(f"{case.op} in place: the backend does not list it in inplace_ops", "operation")
+        originals = {k: np.array(v, copy=True) for k, v in case.inputs.items()}
+        io = b.precision.io_dtype if case.io_dtype is not None else None
+        presented = kernel_shapes.present(b, case, io)
+        raw = kernel_shapes.call(b, case, presented)
+        outputs = self._outputs(case, kernel_shapes.written(case, presented) if inplace else raw)
+        problem = kernel_shapes.buffer_problem(b, presented, inplace)
+        changed = [k for k, v in originals.items() if not np.array_equal(case.inputs[k], v, equal_nan=True)]
+        if problem is None and changed:
+            problem = "changed the stored NumPy inputs it was converted from"
+        if problem is not None:
+            raise _CaseFailure("mutation", f"{case.op}: {problem}")
+        problem = kernel_shapes.v_problem(case, outputs)
+        if problem is not None:
+            raise _CaseFailure("mismatch", f"{case.op}: {problem}")
         policy = b.precision_for(case.op) if hasattr(b, "precision_for") else b.precision
         return check_case(case, outputs, policy)
 

@@ -238,6 +238,11 @@ def element_tolerance(case: Case, name: str, policy: PrecisionPolicy) -> _Bounds
     if rule == "scale":
         tol = SCALE_ROUNDINGS * unit_roundoff(_table_dtype(policy)) * np.abs(expected)
         return _Bounds(tol, np.zeros(expected.shape, dtype=bool), [])
+    if case.op in ("apply_axes", "apply_qk", "apply_qkv", "round_trip"):
+        from .kernel_shapes import bounds
+
+        tol, exact, norms = bounds(case, name, policy, _rotation_bounds)
+        return _Bounds(tol, exact, norms)
     if case.op == "multiaxis_apply":
         from .multimodal import multiaxis_bounds, spec_from_dict
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._arrays import POSITION_LIMIT, check_int, to_numpy
 
-__all__ = ["positions_from_cu_seqlens", "positions_from_offset"]
+__all__ = ["positions_from_cu_seqlens", "positions_from_offset", "kernel_positions"]
 
 
 def _integers(obj: Any, name: str, *, ndim: int | None = None) -> np.ndarray:
@@ -94,3 +94,52 @@ def positions_from_offset(offset: Any, seq_len: int, *, batch: int | None = None
     if ids.size and int(ids.max()) > POSITION_LIMIT:
         raise ValueError(f"offset + seq_len reaches {int(ids.max())}, beyond the position limit 2**40")
     return ids.astype(np.float64)
+
+
+def kernel_positions(
+    x_shape: tuple[int, ...],
+    axes: str,
+    *,
+    positions: Any = None,
+    offset: Any = None,
+    cu_seqlens: Any = None,
+    start_offsets: Any = None,
+) -> np.ndarray:
+    """The ids of a kernel-style call, in exactly one of three forms, checked against ``x_shape``.
+
+    ``positions``: ids as :func:`rope_ref.apply` takes them with ``axes``. ``offset`` (axes with ``b`` and
+    ``s``): :func:`positions_from_offset` for the ``(B, S)`` of ``x_shape``. ``cu_seqlens`` (``thd``):
+    :func:`positions_from_cu_seqlens`, whose last entry must equal the token count ``T``. Returns float64
+    ids for ``rope_ref.apply(x, ids, cfg, axes=axes)``; ``ValueError`` naming the argument otherwise.
+    """
+    from .axes import parse_axes
+
+    axes = parse_axes(axes, len(x_shape))
+    given = [
+        n
+        for n, v in (("positions", positions), ("offset", offset), ("cu_seqlens", cu_seqlens))
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of positions, offset, cu_seqlens; got {given or 'none'}")
+    if start_offsets is not None and cu_seqlens is None:
+        raise ValueError("start_offsets goes with cu_seqlens (use offset= for a cache offset per batch row)")
+    if positions is not None:
+        return np.asarray(to_numpy(positions, "positions"), dtype=np.float64)
+    if offset is not None:
+        if "b" not in axes or "s" not in axes:
+            raise ValueError(f"offset needs batch and sequence axes ('b' and 's'), got axes={axes!r}")
+        b, s = x_shape[axes.index("b")], x_shape[axes.index("s")]
+        off = _integers(offset, "offset")
+        if off.ndim == 1 and off.shape[0] != b:
+            raise ValueError(f"offset has {off.shape[0]} entries but x has batch {b} (axes={axes!r})")
+        return positions_from_offset(off, s, batch=b)
+    if axes != "thd" and "t" not in axes:
+        raise ValueError(f"cu_seqlens needs packed tokens (axes 'thd'), got axes={axes!r}")
+    ids = positions_from_cu_seqlens(cu_seqlens, start_offsets)
+    tokens = x_shape[axes.index("t")]
+    if ids.shape[0] != tokens:
+        raise ValueError(
+            f"cu_seqlens ends at {ids.shape[0]} but x has {tokens} tokens (axis 't' of {tuple(x_shape)})"
+        )
+    return ids

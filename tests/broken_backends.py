@@ -242,6 +242,151 @@ class Float32Backend(Backend):
         partial = np.cumsum(np.cos(theta), axis=-1) + 1j * np.cumsum(np.sin(theta), axis=-1)
         return np.abs(partial).astype(F32).mean(axis=-1)
 
+    # -- kernel shapes (issue 16): views, offsets, varlen, q/k pairs, packed qkv, in place -----------------
+    inplace_ops = frozenset({"apply_axes", "apply_qk", "apply_qkv"})
+
+    def _read(self, x) -> np.ndarray:
+        """The values of the view handed in (a careful port reads through the strides)."""
+        return np.asarray(x)
+
+    def _write(self, view, y) -> None:
+        """In place: write ``y`` into exactly the elements of ``view``."""
+        view[...] = y
+
+    def _row_offsets(self, offset, batch: int, seq: int) -> np.ndarray:
+        """``(B, S)`` offsets: row b's offset for every token of row b."""
+        off = np.broadcast_to(np.asarray(offset, dtype=np.int64).reshape(-1), (batch,))
+        return np.repeat(off[:, None], seq, axis=1)
+
+    def _token_ids(self, cu: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Varlen ids: token t of sequence j is at ``starts[j] + t - cu[j]`` (restart per sequence)."""
+        t = np.arange(int(cu[-1]))
+        seq = np.searchsorted(cu, t, side="right") - 1
+        return starts[seq] + t - cu[seq]
+
+    def _k_heads(self, hq: int, hk: int) -> np.ndarray:
+        """Which input k head feeds output k head j (itself)."""
+        return np.arange(hk)
+
+    def _qkv_rotated(self, hq: int, hk: int) -> int:
+        """How many leading heads of a packed qkv are rotated (q and k, not V)."""
+        return hq + hk
+
+    def _sign(self, inverse: bool) -> float:
+        return -1.0 if inverse else 1.0
+
+    def _place(self, ids: np.ndarray, axes: str, shape) -> np.ndarray:
+        letters = axes[:-1]
+        lead = tuple(shape[:-1])
+        ids = np.asarray(ids)
+        if ids.ndim == 2:  # HF (B, S), whatever the order of b and s in x
+            arr = ids if letters.index("b") < letters.index("s") else ids.T
+            sizes = iter(arr.shape)
+            sh = [next(sizes) if c in "bs" else 1 for c in letters]
+        else:
+            seq = "s" if "s" in letters else "t"
+            arr, sh = ids, [ids.shape[0] if c == seq else 1 for c in letters]
+        return np.broadcast_to(arr.reshape(sh), lead)
+
+    def _kernel_ids(self, shape, axes, positions, offset, cu_seqlens, start_offsets) -> np.ndarray:
+        if positions is not None:
+            return self._place(positions, axes, shape)
+        if offset is not None:
+            b, s = shape[axes.index("b")], shape[axes.index("s")]
+            return self._place(self._row_offsets(offset, b, s) + np.arange(s)[None, :], axes, shape)
+        cu = np.asarray(cu_seqlens, dtype=np.int64)
+        if int(cu[-1]) != shape[axes.index("t")]:
+            raise ValueError(f"cu_seqlens ends at {int(cu[-1])}, x has {shape[axes.index('t')]} tokens")
+        starts = np.broadcast_to(np.asarray(0 if start_offsets is None else start_offsets), (cu.size - 1,))
+        return self._place(self._token_ids(cu, starts.astype(np.int64)), axes, shape)
+
+    def _kernel_rotate(self, x, pos, cfg, seq_len, inverse):
+        seq_len = self._seq_len(cfg, pos, seq_len)  # from the forward positions, also when inverse
+        return self._rotate(x, pos, cfg, seq_len, sign=self._sign(inverse))
+
+    def _finish(self, view, y, inplace):
+        if inplace:
+            self._write(view, y)
+            return view
+        return y
+
+    def apply_axes(
+        self,
+        x,
+        cfg,
+        *,
+        axes,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        values = self._read(x)
+        pos = self._kernel_ids(values.shape, axes, positions, offset, cu_seqlens, start_offsets)
+        return self._finish(x, self._kernel_rotate(values, pos, cfg, seq_len, inverse), inplace)
+
+    def apply_qk(
+        self,
+        q,
+        k,
+        cfg,
+        *,
+        axes,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        qv, kv = self._read(q), self._read(k)
+        h = axes.index("h")
+        hq, hk = qv.shape[h], kv.shape[h]
+        if hq % hk:
+            raise ValueError(f"k heads ({hk}) must divide q heads ({hq})")
+        pos_q = self._kernel_ids(qv.shape, axes, positions, offset, cu_seqlens, start_offsets)
+        seq_len = self._seq_len(cfg, pos_q, seq_len)
+        pos_k = self._kernel_ids(kv.shape, axes, positions, offset, cu_seqlens, start_offsets)
+        k_in = np.take(kv, self._k_heads(hq, hk), axis=h)
+        qo = self._kernel_rotate(qv, pos_q, cfg, seq_len, inverse)
+        ko = self._kernel_rotate(k_in, pos_k, cfg, seq_len, inverse)
+        return self._finish(q, qo, inplace), self._finish(k, ko, inplace)
+
+    def apply_qkv(
+        self,
+        qkv,
+        cfg,
+        *,
+        axes,
+        num_heads_q,
+        num_heads_kv,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        values = self._read(qkv)
+        h = axes.index("h")
+        if values.shape[h] != num_heads_q + 2 * num_heads_kv:
+            raise ValueError(f"qkv has {values.shape[h]} heads, not {num_heads_q} + 2 * {num_heads_kv}")
+        n = self._qkv_rotated(num_heads_q, num_heads_kv)
+        part = np.take(values, np.arange(n), axis=h)
+        pos = self._kernel_ids(part.shape, axes, positions, offset, cu_seqlens, start_offsets)
+        out = np.array(values, copy=True)
+        index = (slice(None),) * h + (slice(0, n),)
+        out[index] = self._kernel_rotate(part, pos, cfg, seq_len, inverse)
+        return self._finish(qkv, out, inplace)
+
 
 # -- the broken backends: one deviation each (``targets``: bug classes it must fail) ---------------------
 
@@ -750,3 +895,111 @@ BROKEN_ISSUE20 = (
     SecondMscaleSquaredTwice,
 )
 BROKEN = BROKEN + BROKEN_ISSUE20
+
+
+# -- issue 16: the shapes real kernels see (one realistic bug per family) ------------------------------------
+
+
+def _contiguous(view: np.ndarray) -> np.ndarray:
+    """The memory from ``view``'s first element read (or written) as if ``view`` were C-contiguous."""
+    strides, step = [], view.itemsize
+    for n in reversed(view.shape):
+        strides.append(step)
+        step *= n
+    return np.lib.stride_tricks.as_strided(view, shape=view.shape, strides=tuple(reversed(strides)))
+
+
+class IgnoresStrides(Float32Backend):
+    """A kernel that indexes ``x`` as if it were contiguous: a transposed q or one sliced out of a packed
+    projection is read from the wrong addresses (issue 16: 94% wrong elements, max error 6.3)."""
+
+    targets = ("strided_views",)
+
+    def _read(self, x):
+        return np.array(_contiguous(np.asarray(x)))
+
+
+class KHeadFromQIndex(Float32Backend):
+    """A fused q/k kernel that derives k's head from q's head index (``h * Hq/Hk mod Hk``) instead of its
+    own: with GQA, k heads are rotated from the wrong input head."""
+
+    targets = ("gqa_heads",)
+
+    def _k_heads(self, hq, hk):
+        return (np.arange(hk) * (hq // hk)) % hk
+
+
+class RotatesV(Float32Backend):
+    """A packed-qkv kernel whose head loop runs over all ``Hq + 2 Hk`` heads: V is rotated too."""
+
+    targets = ("packed_qkv",)
+
+    def _qkv_rotated(self, hq, hk):
+        return hq + 2 * hk
+
+
+class NoRestartPerSequence(Float32Backend):
+    """Varlen positions taken as the global token index: sequences after the first do not restart at 0."""
+
+    targets = ("varlen",)
+
+    def _token_ids(self, cu, starts):
+        t = np.arange(int(cu[-1]))
+        return starts[np.searchsorted(cu, t, side="right") - 1] + t
+
+
+class WritesPastSlice(Float32Backend):
+    """An in-place kernel that writes its result as one contiguous block from the view's first element:
+    past the end of q when q is a slice of a packed buffer, over the rows between a strided view's."""
+
+    targets = ("inplace",)
+
+    def _write(self, view, y):
+        _contiguous(view)[...] = y
+
+
+class OffsetPerToken(Float32Backend):
+    """The cache offset indexed per token instead of per sequence (``offset[s]`` for token s, wrapping at
+    the batch size; ``start_offsets[t]`` for packed token t)."""
+
+    targets = ("cache_offset",)
+
+    def _row_offsets(self, offset, batch, seq):
+        off = np.broadcast_to(np.asarray(offset, dtype=np.int64).reshape(-1), (batch,))
+        return np.broadcast_to(off[np.arange(seq) % batch][None, :], (batch, seq))
+
+
+class AxesAsBshd(Float32Backend):
+    """HF ``(B, S)`` ids always laid on the first two axes, as if x were ``bshd``: wrong for ``sbhd``
+    (batch and sequence swapped) and ``bhsd`` (ids on the heads)."""
+
+    targets = ("axes_convention",)
+
+    def _place(self, ids, axes, shape):
+        ids = np.asarray(ids)
+        if ids.ndim == 2:
+            lead = tuple(shape[:-1])
+            return np.broadcast_to(ids.reshape(ids.shape + (1,) * (len(lead) - 2)), lead)
+        return super()._place(ids, axes, shape)
+
+
+class InverseSignIgnored(Float32Backend):
+    """``inverse=True`` ignored: the de-rotation rotates forward again."""
+
+    targets = ("inverse_rotation",)
+
+    def _sign(self, inverse):
+        return 1.0
+
+
+BROKEN_ISSUE16 = (
+    IgnoresStrides,
+    KHeadFromQIndex,
+    RotatesV,
+    NoRestartPerSequence,
+    WritesPastSlice,
+    OffsetPerToken,
+    AxesAsBshd,
+    InverseSignIgnored,
+)
+BROKEN = BROKEN + BROKEN_ISSUE16

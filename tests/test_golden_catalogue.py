@@ -27,8 +27,10 @@ def test_shipped_set_verifies():
 
 
 def test_shipped_set_is_small():
+    # About 5.3 MB before issue 16; its varlen family (4149 packed tokens, 13 sequences, at 4 I/O dtypes)
+    # and the other kernel-shape families add about 3.5 MB.
     size = sum(p.stat().st_size for p in golden.shipped_dir().iterdir())
-    assert size < 5_000_000, size
+    assert size < 9_500_000, size
 
 
 def test_catalogue_is_deterministic():
@@ -65,6 +67,10 @@ def test_tolerance_rules_by_op(shipped):
         "mrope_decode_ids": {"exact"},
         "vision_ids": {"exact"},
         "mla_softmax_scale": {"scale"},
+        "apply_axes": {"rotation"},
+        "apply_qk": {"rotation"},
+        "apply_qkv": {"rotation"},
+        "round_trip": {"rotation"},
     }
     for c in shipped.values():
         assert c.tolerance in rules[c.op], c.id
@@ -266,7 +272,7 @@ def test_aux_tables_match_an_independent_derivation(shipped):
                     assert c.aux["pair_inv_freq"][i] == pytest.approx(want, rel=1e-15), c.id
                     assert c.aux["pair_attention_factor"][i] == 1.0, c.id
             continue
-        if c.op not in ("cos_sin", "apply", "apply_vjp"):
+        if c.op not in ("cos_sin", "apply", "apply_vjp", "apply_axes", "apply_qk", "apply_qkv", "round_trip"):
             assert not c.aux, c.id
             continue
         assert set(c.aux) == {"inv_freq", "attention_factor"}, c.id

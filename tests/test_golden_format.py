@@ -418,6 +418,62 @@ def _doc_rotation(v, positions, theta, factor, rotary_dim, layout, u_a, u_r, flo
     return tol, exact, amp * 8 * u_r + floor, amp
 
 
+def _doc_kernel_positions(entry, t, shape):
+    """§3 positions forms of the kernel-shape ops, laid on the input's axes (negated when inverse)."""
+    p = entry["params"]
+    letters = p["axes"][:-1]
+    if p["form"] == "ids":
+        ids = t["inputs.positions"]
+    elif p["form"] == "offset":
+        b, s = shape[letters.index("b")], shape[letters.index("s")]
+        off = t["inputs.offset"] if "inputs.offset" in t else np.full(b, p["offset"])
+        ids = off.reshape(-1, 1) + np.arange(s)
+    else:
+        cu = t["inputs.cu_seqlens"]
+        n = len(cu) - 1
+        starts = (
+            t["inputs.start_offsets"]
+            if "inputs.start_offsets" in t
+            else np.full(n, p.get("start_offset") or 0)
+        )
+        ids = np.concatenate([starts[j] + np.arange(cu[j + 1] - cu[j]) for j in range(n)])
+    ids = np.asarray(ids, dtype=np.float64)
+    if ids.ndim == 2:
+        if letters.index("b") > letters.index("s"):
+            ids = ids.T
+        sizes = iter(ids.shape)
+        reshaped = ids.reshape([next(sizes) if c in "bs" else 1 for c in letters])
+    else:
+        reshaped = ids.reshape([ids.shape[0] if c in "st" else 1 for c in letters])
+    pos = np.broadcast_to(reshaped, shape[:-1])
+    return -pos if p.get("inverse") else pos
+
+
+def _doc_kernel(entry, t, name, terms):
+    """§4.2 rotation rule of apply_axes / apply_qk / apply_qkv / round_trip: (tol, exact)."""
+    u_a, u_r, floor, y = terms
+    cfg, p = entry["config"], entry["params"]
+    source = {"apply_axes": "x", "round_trip": "x", "apply_qkv": "qkv"}.get(entry["op"], name)
+    v = t[f"inputs.{source}"].astype(np.float64)
+    pos = _doc_kernel_positions(entry, t, v.shape)
+    theta, factor = t["aux.inv_freq"], float(t["aux.attention_factor"])
+    rule = (theta, factor, cfg["rotary_dim"], cfg["layout"], u_a, u_r, floor, y)
+    tol, exact, _, _ = _doc_rotation(v, pos, *rule)
+    if entry["op"] == "round_trip":
+        tol2, exact2, _, _ = _doc_rotation(abs(factor) * v, -pos, *rule)
+        tol, exact = np.sqrt(2.0) * abs(factor) * tol + tol2, exact & exact2
+        tol[exact] = 0.0
+    if entry["op"] == "apply_qkv":
+        h = p["axes"].index("h")
+        heads = np.arange(v.shape[h])
+        is_v = (heads >= p["num_heads_q"] + p["num_heads_kv"]).reshape(
+            [-1 if i == h else 1 for i in range(v.ndim)]
+        )
+        is_v = np.broadcast_to(is_v, v.shape)
+        tol, exact = np.where(is_v, 0.0, tol), exact | is_v
+    return tol, exact
+
+
 def _doc_multiaxis(entry, t, u_a, u_r, floor):
     """§4.2 rotation rule for multiaxis_apply, per pair: (tol, exact, norm tolerance, amplitude)."""
     spec = entry["params"]["spec"]
@@ -505,6 +561,8 @@ def _doc_tolerances(entry, t, policy):
         elif entry["op"] == "multiaxis_apply":
             tol, exact, _, _ = _doc_multiaxis(entry, t, u_a, u_r, floor)
             out[name] = (tol, exact)
+        elif entry["op"] in ("apply_axes", "apply_qk", "apply_qkv", "round_trip"):
+            out[name] = _doc_kernel(entry, t, name, (u_a, u_r, floor, y))
         elif rule == "rotation":
             v = t["inputs.grad_out" if entry["op"] == "apply_vjp" else "inputs.x"].astype(np.float64)
             tol, exact, _, _ = _doc_rotation(
