@@ -33,6 +33,8 @@ from rope_ref.conformance.protocol import (
     canonical_dtype,
 )
 
+from ._array_api_kernels import KERNEL_OPS, KernelShapes, mutable_namespace
+
 __all__ = ["ArrayAPIBackend", "make_backend", "available", "widest_float", "multiaxis_apply"]
 
 
@@ -76,8 +78,14 @@ def _broadcasts_to(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
     return all(s in (1, b) for s, b in zip(reversed(small), reversed(big), strict=False))
 
 
-class ArrayAPIBackend(NextPositionIdsFromFullIds, Backend):
-    """RoPE on any Array API namespace. ``xp`` is the (compat-wrapped) namespace, ``device`` its device."""
+class ArrayAPIBackend(KernelShapes, NextPositionIdsFromFullIds, Backend):
+    """RoPE on any Array API namespace. ``xp`` is the (compat-wrapped) namespace, ``device`` its device.
+
+    The kernel-shape operations (``apply_axes``, ``apply_qk``, ``apply_qkv``; issue 16) come from
+    :class:`~rope_ref.backends._array_api_kernels.KernelShapes`; they run in place (``inplace_ops``) on
+    namespaces whose arrays are mutable and whose slices are views (probed: NumPy, PyTorch, CuPy,
+    array-api-strict), not on JAX.
+    """
 
     inplace = False
 
@@ -91,18 +99,20 @@ class ArrayAPIBackend(NextPositionIdsFromFullIds, Backend):
         angle_name = "float64" if self.angle_dtype == _dtype(xp, "float64", device) else "float32"
         self.io_dtype = _dtype(xp, io_dtype, device)
         self.precision = PrecisionPolicy(io_dtype, angle_name, io_dtype)
+        self.inplace_ops = KERNEL_OPS if mutable_namespace(xp, device) else frozenset()
 
     # -- conversion -------------------------------------------------------------------------------
     def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> Any:
         xp = self.xp
         if dtype is None:
-            return xp.asarray(np.ascontiguousarray(array), device=self._device, copy=True)
+            # np.asarray, not np.ascontiguousarray: the latter makes a 0-d array (a scalar offset) 1-D.
+            return xp.asarray(np.asarray(array, order="C"), device=self._device, copy=True)
         target = _dtype(xp, canonical_dtype(dtype), self._device)
         if target is None:
             raise ValueError(f"{self.name} has no {dtype} on device {self.device}")
         # Round on the host (a device may lack float64); NumPy has no bfloat16, so bf16 goes through
         # float32 (the runner's bf16 values are exact in float32) and the library rounds the rest.
-        host = np.ascontiguousarray(array, dtype=_HOST_DTYPES[canonical_dtype(dtype)])
+        host = np.asarray(array, dtype=_HOST_DTYPES[canonical_dtype(dtype)], order="C")
         arr = xp.asarray(host, device=self._device, copy=True)
         return xp.astype(arr, target)
 
@@ -182,27 +192,33 @@ class ArrayAPIBackend(NextPositionIdsFromFullIds, Backend):
         target = _dtype(xp, self.precision.compute_dtype, device)
         return xp.astype(cos, target), xp.astype(sin, target)
 
-    def _rotate(self, x: Any, pos: Any, cfg, seq_len: int | None, negate: bool) -> Any:
-        """RoFormer eq. 34 for each layout pair (a, b): y_a = x_a cos - x_b sin, y_b = x_b cos + x_a sin.
+    def _rotation(
+        self, xp: Any, device: Any, pos: Any, cfg, seq_len: int | None, negate: bool, dtype: Any, ndim: int
+    ) -> tuple[Any, Any, Any]:
+        """The tables :meth:`_rotate_with` needs for ``pos`` against an ``x`` of ``ndim`` axes and ``dtype``.
 
-        ``pos`` is already in the angle dtype. ``negate`` rotates by -angle (the transpose, for the VJP).
-        Position 0 (with no attention factor) is the identity bit for bit, as in :func:`rope_ref.apply`.
+        ``(cos, sin, zero)``: cos and sin of pos * inv_freq (``-pos`` when ``negate``) built in the angle
+        dtype, times the attention factor, then cast to ``dtype``, left-padded to ``ndim - 1`` leading
+        axes; ``zero`` marks position 0 (the identity) when the factor is 1, else ``None``. One build
+        serves every array of that dtype whose leading axes ``pos`` broadcasts against (q and k).
         """
-        xp, device = self._ns(x)
-        if x.ndim == 0 or x.shape[-1] != cfg.head_dim:
-            raise ValueError(f"x.shape[-1] must equal head_dim={cfg.head_dim}, got x.shape={tuple(x.shape)}")
-        if not _broadcasts_to(tuple(pos.shape), tuple(x.shape[:-1])):
-            raise ValueError(
-                f"positions of shape {tuple(pos.shape)} do not broadcast against "
-                f"x.shape[:-1] = {tuple(x.shape[:-1])}"
-            )
         if negate:
             pos = -pos
         cos, sin, factor = self._table(xp, device, pos, cfg, seq_len)
-        cos, sin = xp.astype(cos, x.dtype), xp.astype(sin, x.dtype)
-        lead = (1,) * (x.ndim - 1 - pos.ndim)
+        cos, sin = xp.astype(cos, dtype), xp.astype(sin, dtype)
+        lead = (1,) * (ndim - 1 - pos.ndim)
         cos = xp.reshape(cos, lead + tuple(cos.shape))
         sin = xp.reshape(sin, lead + tuple(sin.shape))
+        zero = xp.reshape(pos == 0, lead + tuple(pos.shape) + (1,)) if factor == 1.0 else None
+        return cos, sin, zero
+
+    def _rotate_with(self, xp: Any, x: Any, tables: tuple, cfg, *, whole: bool = True) -> Any:
+        """RoFormer eq. 34 for each layout pair (a, b): y_a = x_a cos - x_b sin, y_b = x_b cos + x_a sin.
+
+        ``tables`` from :meth:`_rotation`. Returns all ``head_dim`` channels (``rotary_dim:`` copied) when
+        ``whole``, else only the ``rotary_dim`` rotated ones (what an in-place write needs).
+        """
+        cos, sin, zero = tables
         rd, half = cfg.rotary_dim, cfg.rotary_dim // 2
         if cfg.layout == "half":
             x1, x2 = x[..., :half], x[..., half:rd]
@@ -215,12 +231,28 @@ class ArrayAPIBackend(NextPositionIdsFromFullIds, Backend):
         else:
             pairs = xp.stack([o1, o2], axis=-1)
             rotated = xp.reshape(pairs, tuple(pairs.shape[:-2]) + (rd,))
-        if factor == 1.0:
-            zero = xp.reshape(pos == 0, lead + tuple(pos.shape) + (1,))
+        if zero is not None:
             rotated = xp.where(zero, x[..., :rd], rotated)
-        if rd == cfg.head_dim:
+        if rd == cfg.head_dim or not whole:
             return rotated
         return xp.concat([rotated, x[..., rd:]], axis=-1)
+
+    def _rotate(self, x: Any, pos: Any, cfg, seq_len: int | None, negate: bool) -> Any:
+        """Rotate ``x`` by ``pos`` (RoFormer eq. 34; see :meth:`_rotation` and :meth:`_rotate_with`).
+
+        ``pos`` is already in the angle dtype. ``negate`` rotates by -angle (the transpose, for the VJP).
+        Position 0 (with no attention factor) is the identity bit for bit, as in :func:`rope_ref.apply`.
+        """
+        xp, device = self._ns(x)
+        if x.ndim == 0 or x.shape[-1] != cfg.head_dim:
+            raise ValueError(f"x.shape[-1] must equal head_dim={cfg.head_dim}, got x.shape={tuple(x.shape)}")
+        if not _broadcasts_to(tuple(pos.shape), tuple(x.shape[:-1])):
+            raise ValueError(
+                f"positions of shape {tuple(pos.shape)} do not broadcast against "
+                f"x.shape[:-1] = {tuple(x.shape[:-1])}"
+            )
+        tables = self._rotation(xp, device, pos, cfg, seq_len, negate, x.dtype, x.ndim)
+        return self._rotate_with(xp, x, tables, cfg)
 
     def apply(self, x, positions, cfg, seq_len=None):
         xp, device = self._ns(x)
