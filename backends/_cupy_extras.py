@@ -1,11 +1,18 @@
-"""CuPy versions of the ChatGLM-6B 2D rotary and RoFormer's decay bound (native CuPy array code).
+"""CuPy versions of the ChatGLM-6B 2D rotary and RoFormer's decay bound, and the kernel-shape operations.
 
 Semantics are :mod:`rope_ref.chatglm` and :func:`rope_ref.decay.relative_upper_bound`; the sources of
 every rule are cited there (THUDM/chatglm-6b ``modeling_chatglm.py``; RoFormer §3.4.3).
+
+The kernel-shape operations of issue 16 (:func:`apply_axes`, :func:`apply_qk`, :func:`apply_qkv`) validate
+their arguments here and launch one ``rope_qkv_apply_*`` kernel (``rope_kernels.cu``) that reads and
+writes q, k and v through their strides and forms every token's position from ids, a cache offset or
+``cu_seqlens`` itself. Semantics: :func:`rope_ref.apply` with ``axes=`` / ``inverse=`` and
+:mod:`rope_ref.positions`.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -13,7 +20,20 @@ import numpy as np
 from rope_ref.chatglm import _check_base, _check_flag, _check_precision, _check_token_ids
 from rope_ref.config import RopeConfig
 
-__all__ = ["position_ids", "apply_2d", "relative_upper_bound"]
+from ._cupy_plan import (
+    POS_IDS,
+    POS_OFFSET,
+    POS_VARLEN,
+    PositionPlan,
+    QkvPart,
+    canonical_axes,
+    element_strides,
+    pack_qkv_shape,
+    place_ids,
+    plan_qkv,
+)
+
+__all__ = ["position_ids", "apply_2d", "relative_upper_bound", "apply_axes", "apply_qk", "apply_qkv"]
 
 
 def _cp() -> Any:
@@ -149,3 +169,427 @@ def relative_upper_bound(distances: Any, cfg: RopeConfig, *, max_bytes: int = 25
         im = cp.cumsum(cp.sin(angle), axis=1)
         out[start : start + rows] = cp.hypot(re, im).mean(axis=1)
     return out.reshape(r.shape)
+
+
+# -- the shapes real kernels see (issue 16) -------------------------------------------------------------
+
+#: Positions the kernel forms from integers are exact in float64 up to here.
+_EXACT_LIMIT = 2**53
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def _host_integers(obj: Any, name: str) -> np.ndarray:
+    """``obj`` (a Python or NumPy integer, a NumPy or CuPy integer array) as host int64; else ValueError."""
+    if obj is None or isinstance(obj, (bool, np.bool_)):
+        raise ValueError(f"{name} must be an integer or an integer array, got {obj!r}")
+    if isinstance(obj, (int, np.integer)):
+        if abs(int(obj)) > _EXACT_LIMIT:
+            raise ValueError(f"{name} = {int(obj)} is beyond the exact position limit 2**53")
+        return np.asarray(int(obj), dtype=np.int64)
+    cp = _cp()
+    if isinstance(obj, cp.ndarray):
+        arr = cp.asnumpy(obj)
+    elif isinstance(obj, np.ndarray):
+        arr = obj
+    elif isinstance(obj, (list, tuple)):
+        arr = np.asarray(obj)
+    else:
+        raise ValueError(f"{name} must be an integer or an integer array, got {type(obj).__name__}")
+    if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
+        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _EXACT_LIMIT:
+        raise ValueError(f"{name} holds {int(arr.max())}, beyond the exact position limit 2**53")
+    return arr.astype(np.int64)
+
+
+def _non_negative(arr: np.ndarray, name: str) -> None:
+    if arr.size and int(arr.min()) < 0:
+        raise ValueError(f"{name} must be >= 0 (a cache offset), got {int(arr.min())}")
+
+
+class _Positions:
+    """The positions of one call: the kernel's :class:`PositionPlan`, its ids (float64, or None when the
+    mode reads none) and int64 table on the device, and the seq_len a length-dependent scaling sees."""
+
+    def __init__(self, plan: PositionPlan, ids: Any, table: Any, seq_len: int | None) -> None:
+        self.plan, self.ids, self.table, self.seq_len = plan, ids, table, seq_len
+
+
+def _seq_len_from_max(max_position: float | None, cfg: RopeConfig, seq_len: int | None) -> int | None:
+    from rope_ref.frequencies import resolve_seq_len
+
+    probe = np.empty(0) if max_position is None else np.asarray([float(max_position)])
+    return resolve_seq_len(probe, cfg, seq_len)
+
+
+def _resolve_positions(
+    shape: tuple[int, ...],
+    axes: str,
+    cfg: RopeConfig,
+    *,
+    positions: Any,
+    offset: Any,
+    cu_seqlens: Any,
+    start_offsets: Any,
+    max_seqlen: Any,
+    seq_len: int | None,
+    per_head: str,
+) -> _Positions:
+    """Validate the positions of a call on an x of ``shape`` named by ``axes`` and plan them.
+
+    ``per_head`` says what to do with full-rank ids that vary over the heads: ``"fallback"`` returns
+    ``None`` (the caller takes the broadcasting kernel), ``"error"`` raises.
+    """
+    from .cupy import _positions, _seq_len
+
+    cp = _cp()
+    given = [
+        n
+        for n, v in (("positions", positions), ("offset", offset), ("cu_seqlens", cu_seqlens))
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of positions, offset, cu_seqlens; got {given or 'none'}")
+    if start_offsets is not None and cu_seqlens is None:
+        raise ValueError("start_offsets goes with cu_seqlens (use offset= for a cache offset per batch row)")
+    if max_seqlen is not None and cu_seqlens is None:
+        raise ValueError("max_seqlen goes with cu_seqlens")
+    if positions is not None:
+        ids = _positions(positions, check=True)
+        strides = element_strides(ids.strides, 8, "positions")
+        p_b, p_s, heads = place_ids(ids.shape, strides, axes, shape)
+        if heads:
+            if per_head == "fallback":
+                return None  # type: ignore[return-value]
+            raise ValueError(
+                f"positions of shape {tuple(ids.shape)} vary over the heads of x (axes={axes!r}); q and k "
+                "share one position per token"
+            )
+        return _Positions(PositionPlan(POS_IDS, p_b, p_s), ids, _table_dummy(), _seq_len(ids, cfg, seq_len))
+    if offset is not None:
+        if "b" not in axes or "s" not in axes:
+            raise ValueError(f"offset needs batch and sequence axes ('b' and 's'), got axes={axes!r}")
+        batch, steps = shape[axes.index("b")], shape[axes.index("s")]
+        off = _host_integers(offset, "offset")
+        if off.ndim > 1:
+            raise ValueError(f"offset must be a scalar or 1-D (one per batch row), got shape {off.shape}")
+        _non_negative(off, "offset")
+        if off.ndim == 1 and off.shape[0] != batch:
+            raise ValueError(f"offset has {off.shape[0]} entries but x has batch {batch} (axes={axes!r})")
+        top = (int(off.max()) if off.size else 0) + steps - 1
+        if top > _EXACT_LIMIT:
+            raise ValueError(f"offset + sequence length reaches {top}, beyond the exact position limit 2**53")
+        if off.ndim == 0:
+            plan, table = PositionPlan(POS_OFFSET, base=int(off)), _table_dummy()
+        else:
+            plan, table = PositionPlan(POS_OFFSET, off_at=0), cp.asarray(off)
+        top_pos = top if steps > 0 and batch > 0 else None
+        return _Positions(plan, None, table, _seq_len_from_max(top_pos, cfg, seq_len))
+    if "t" not in axes:
+        raise ValueError(f"cu_seqlens needs packed tokens ('t' in axes, e.g. 'thd'), got axes={axes!r}")
+    t_axis = axes.index("t")
+    total = shape[t_axis]
+    cu = _host_integers(cu_seqlens, "cu_seqlens")
+    if cu.ndim != 1 or cu.shape[0] < 1:
+        raise ValueError(f"cu_seqlens must be 1-D with at least one entry, got shape {cu.shape}")
+    if cu[0] != 0:
+        raise ValueError(f"cu_seqlens must start at 0, got {cu[:4].tolist()}")
+    lengths = np.diff(cu)
+    if np.any(lengths < 0):
+        j = int(np.flatnonzero(lengths < 0)[0])
+        raise ValueError(f"cu_seqlens must be non-decreasing, got {int(cu[j])} then {int(cu[j + 1])} at {j}")
+    if int(cu[-1]) != total:
+        raise ValueError(
+            f"cu_seqlens[-1] = {int(cu[-1])} must equal the token count x.shape[{t_axis}] = {total}"
+        )
+    n_seq = lengths.size
+    base, starts, per_seq = 0, np.zeros(n_seq, dtype=np.int64), False
+    if start_offsets is not None:
+        so = _host_integers(start_offsets, "start_offsets")
+        _non_negative(so, "start_offsets")
+        if so.ndim == 0:
+            base = int(so)
+            starts += base
+        elif so.shape != (n_seq,):
+            raise ValueError(f"start_offsets must be a scalar or have {n_seq} entries, got shape {so.shape}")
+        else:
+            starts, per_seq = so, True
+    longest = int(lengths.max()) if n_seq else 0
+    if max_seqlen is not None:
+        if isinstance(max_seqlen, (bool, np.bool_)) or not isinstance(max_seqlen, (int, np.integer)):
+            raise ValueError(f"max_seqlen must be an int, got {max_seqlen!r}")
+        if int(max_seqlen) < longest:
+            raise ValueError(
+                f"max_seqlen = {int(max_seqlen)} is shorter than the longest sequence ({longest})"
+            )
+    used = lengths > 0
+    top = int((starts[used] + lengths[used] - 1).max()) if used.any() else None
+    if top is not None and top > _EXACT_LIMIT:
+        raise ValueError(
+            f"start_offsets + sequence length reaches {top}, beyond the exact position limit 2**53"
+        )
+    table = np.concatenate([cu, starts]) if per_seq else cu
+    plan = PositionPlan(POS_VARLEN, n_seq=n_seq, off_at=n_seq + 1 if per_seq else -1, base=base)
+    return _Positions(plan, None, cp.asarray(table), _seq_len_from_max(top, cfg, seq_len))
+
+
+@functools.cache
+def _table_dummy_on(_device: int) -> Any:
+    return _cp().zeros((1,), dtype=np.int64)
+
+
+def _table_dummy() -> Any:
+    """A one-entry int64 device array for the ``table`` pointer of calls that read no table."""
+    return _table_dummy_on(_cp().cuda.runtime.getDevice())
+
+
+def _part(xs: Any, out: Any, axes: str) -> QkvPart:
+    itemsize = xs.dtype.itemsize
+    sizes, x_st = canonical_axes(axes, xs.shape, element_strides(xs.strides, itemsize, "x"))
+    _, o_st = canonical_axes(axes, out.shape, element_strides(out.strides, itemsize, "out"))
+    return QkvPart(sizes, x_st, o_st)
+
+
+def _launch_qkv(
+    parts: list[tuple[Any, Any]],
+    dtype_name: str,
+    axes: str,
+    cfg: RopeConfig,
+    pos: _Positions,
+    *,
+    inverse: bool,
+    inplace: bool,
+) -> None:
+    """One ``rope_qkv_apply_*`` launch over ``parts`` ((input, output) storage pairs: q, then k, then v)."""
+    from .cupy import _freq_table, _kernel
+
+    inv_freq, factor = _freq_table(cfg, pos.seq_len)
+    plan = plan_qkv(
+        dtype_name=dtype_name,
+        parts=[_part(x, o, axes) for x, o in parts],
+        head_dim=cfg.head_dim,
+        rotary_dim=cfg.rotary_dim,
+        layout=cfg.layout,
+        inplace=inplace,
+    )
+    if plan.n_rows == 0 or sum(plan.heads) == 0:
+        return
+    arrays = list(parts) + [parts[0]] * (3 - len(parts))  # unused parts: never read (0 heads)
+    args = (
+        arrays[0][0],
+        arrays[0][1],
+        arrays[1][0],
+        arrays[1][1],
+        arrays[2][0],
+        arrays[2][1],
+        inv_freq if pos.ids is None else pos.ids,  # a float64 array the kernel does not read
+        pos.table,
+        inv_freq,
+        pack_qkv_shape(plan, pos.plan),
+        np.int32(plan.n_pairs),
+        np.int32(plan.n_pass),
+        np.int32(plan.half_layout),
+        np.int32(plan.copy_pass),
+        np.float32(factor),
+        np.float32(-1.0 if inverse else 1.0),
+    )
+    _kernel(plan.kernel)(plan.grid, plan.block, args)
+
+
+def _prologue(cfg: Any, axes: Any, inverse: Any, inplace: Any) -> tuple[RopeConfig, bool, bool]:
+    from .cupy import _check_config
+
+    cfg = _check_config(cfg)
+    if axes is None:
+        raise ValueError("axes= is required: it names the axes of x (e.g. 'bshd', 'bhsd', 'sbhd', 'thd')")
+    return cfg, _flag(inverse, "inverse"), _flag(inplace, "inplace")
+
+
+def _check_head_dim(xs: Any, cfg: RopeConfig, name: str) -> None:
+    if xs.ndim == 0 or xs.shape[-1] != cfg.head_dim:
+        raise ValueError(f"{name}.shape[-1] must equal head_dim={cfg.head_dim}, got {name}.shape={xs.shape}")
+
+
+def apply_axes(
+    x: Any,
+    cfg: RopeConfig,
+    *,
+    axes: str,
+    positions: Any = None,
+    offset: Any = None,
+    cu_seqlens: Any = None,
+    start_offsets: Any = None,
+    max_seqlen: int | None = None,
+    inverse: bool = False,
+    inplace: bool = False,
+    seq_len: int | None = None,
+) -> Any:
+    """Rotate ``x`` (any strides) named by ``axes``; positions as ids, ``offset`` or ``cu_seqlens``."""
+    from rope_ref.axes import parse_axes
+
+    from .cupy import _launch_apply, _storage, _wrap_like
+
+    cp = _cp()
+    cfg, inverse, inplace = _prologue(cfg, axes, inverse, inplace)
+    xs, dtype_name = _storage(x)
+    axes = parse_axes(axes, xs.ndim)
+    _check_head_dim(xs, cfg, "x")
+    pos = _resolve_positions(
+        xs.shape,
+        axes,
+        cfg,
+        positions=positions,
+        offset=offset,
+        cu_seqlens=cu_seqlens,
+        start_offsets=start_offsets,
+        max_seqlen=max_seqlen,
+        seq_len=seq_len,
+        per_head="fallback",
+    )
+    if pos is None:  # full-rank ids varying over heads: the broadcasting kernel (x already in their order)
+        sign = -1.0 if inverse else 1.0
+        return _launch_apply(x, positions, cfg, seq_len, inplace=inplace, sign=sign, check=True)
+    out = xs if inplace else cp.empty(xs.shape, dtype=xs.dtype)
+    _launch_qkv([(xs, out)], dtype_name, axes, cfg, pos, inverse=inverse, inplace=inplace)
+    return x if inplace else _wrap_like(out, x)
+
+
+def _pair(q: Any, k: Any, axes: Any) -> tuple[Any, Any, str, str, int]:
+    """Storages of q and k, their dtype name, the parsed axes and the head axis; ValueError if they differ."""
+    from rope_ref.axes import parse_axes
+
+    from .cupy import _storage
+
+    qs, q_dtype = _storage(q, "q")
+    ks, k_dtype = _storage(k, "k")
+    if q_dtype != k_dtype:
+        raise ValueError(f"q and k must share a dtype, got {q_dtype} and {k_dtype}")
+    axes = parse_axes(axes, qs.ndim)
+    if "h" not in axes:
+        raise ValueError(f"axes={axes!r} has no head axis 'h'")
+    if ks.ndim != qs.ndim:
+        raise ValueError(f"k has {ks.ndim} axes but q has {qs.ndim} (axes={axes!r})")
+    h = axes.index("h")
+    if qs.shape[:h] + qs.shape[h + 1 :] != ks.shape[:h] + ks.shape[h + 1 :]:
+        raise ValueError(
+            f"q {tuple(qs.shape)} and k {tuple(ks.shape)} must agree on every axis but the heads"
+        )
+    hq, hk = qs.shape[h], ks.shape[h]
+    if hk == 0 or hq % hk:
+        raise ValueError(f"k heads ({hk}) must divide q heads ({hq}) (GQA/MQA), axes={axes!r}")
+    return qs, ks, q_dtype, axes, h
+
+
+def apply_qk(
+    q: Any,
+    k: Any,
+    cfg: RopeConfig,
+    *,
+    axes: str,
+    positions: Any = None,
+    offset: Any = None,
+    cu_seqlens: Any = None,
+    start_offsets: Any = None,
+    max_seqlen: int | None = None,
+    inverse: bool = False,
+    inplace: bool = False,
+    seq_len: int | None = None,
+) -> tuple[Any, Any]:
+    """Rotate q ``(.., Hq, ..)`` and k ``(.., Hk, ..)`` (Hk divides Hq) in one launch: one angle per token
+    and pair, applied to every head of both. In place they may be disjoint slices of one buffer."""
+    from .cupy import _wrap_like
+
+    cp = _cp()
+    cfg, inverse, inplace = _prologue(cfg, axes, inverse, inplace)
+    qs, ks, dtype_name, axes, _ = _pair(q, k, axes)
+    _check_head_dim(qs, cfg, "q")
+    if inplace and qs is ks:
+        raise ValueError("in place, q and k must be different arrays (disjoint views of one buffer are fine)")
+    pos = _resolve_positions(
+        qs.shape,
+        axes,
+        cfg,
+        positions=positions,
+        offset=offset,
+        cu_seqlens=cu_seqlens,
+        start_offsets=start_offsets,
+        max_seqlen=max_seqlen,
+        seq_len=seq_len,
+        per_head="error",
+    )
+    qo = qs if inplace else cp.empty(qs.shape, dtype=qs.dtype)
+    ko = ks if inplace else cp.empty(ks.shape, dtype=ks.dtype)
+    _launch_qkv([(qs, qo), (ks, ko)], dtype_name, axes, cfg, pos, inverse=inverse, inplace=inplace)
+    if inplace:
+        return q, k
+    return _wrap_like(qo, q), _wrap_like(ko, k)
+
+
+def apply_qkv(
+    qkv: Any,
+    cfg: RopeConfig,
+    *,
+    axes: str,
+    num_heads_q: int,
+    num_heads_kv: int | None = None,
+    positions: Any = None,
+    offset: Any = None,
+    cu_seqlens: Any = None,
+    start_offsets: Any = None,
+    max_seqlen: int | None = None,
+    inverse: bool = False,
+    inplace: bool = False,
+    seq_len: int | None = None,
+) -> Any:
+    """Rotate the q and k heads of a packed ``(.., Hq + 2 Hk, ..)`` tensor in one launch; V bit for bit.
+
+    ``num_heads_kv`` defaults to ``num_heads_q`` (MHA). Out of place the same launch copies V into the new
+    tensor; in place V is never read or written.
+    """
+    from rope_ref.axes import parse_axes
+
+    from .cupy import _storage, _wrap_like
+
+    cp = _cp()
+    cfg, inverse, inplace = _prologue(cfg, axes, inverse, inplace)
+    xs, dtype_name = _storage(qkv, "qkv")
+    axes = parse_axes(axes, xs.ndim)
+    if "h" not in axes:
+        raise ValueError(f"axes={axes!r} has no head axis 'h' to split")
+    num_heads_kv = num_heads_q if num_heads_kv is None else num_heads_kv
+    for name, n in (("num_heads_q", num_heads_q), ("num_heads_kv", num_heads_kv)):
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+    hq, hk = int(num_heads_q), int(num_heads_kv)
+    h = axes.index("h")
+    if xs.shape[h] != hq + 2 * hk:
+        raise ValueError(
+            f"qkv.shape[{h}] = {xs.shape[h]} does not split as num_heads_q + 2 * num_heads_kv = "
+            f"{hq} + 2 * {hk}"
+        )
+    if hq % hk:
+        raise ValueError(f"num_heads_kv ({hk}) must divide num_heads_q ({hq}) (GQA/MQA)")
+    _check_head_dim(xs, cfg, "qkv")
+    pos = _resolve_positions(
+        xs.shape,
+        axes,
+        cfg,
+        positions=positions,
+        offset=offset,
+        cu_seqlens=cu_seqlens,
+        start_offsets=start_offsets,
+        max_seqlen=max_seqlen,
+        seq_len=seq_len,
+        per_head="error",
+    )
+    out = xs if inplace else cp.empty(xs.shape, dtype=xs.dtype)
+    lead = (slice(None),) * h
+    blocks = [slice(0, hq), slice(hq, hq + hk)] + ([] if inplace else [slice(hq + hk, hq + 2 * hk)])
+    parts = [(xs[lead + (b,)], out[lead + (b,)]) for b in blocks]
+    _launch_qkv(parts, dtype_name, axes, cfg, pos, inverse=inverse, inplace=inplace)
+    return qkv if inplace else _wrap_like(out, qkv)

@@ -29,6 +29,20 @@ __all__ = [
     "shape_struct_dtype",
     "pack_shape",
     "cos_sin_launch",
+    "QKV_KERNEL_FOR_DTYPE",
+    "QKV_PARTS",
+    "QKV_SHAPE_FIELDS",
+    "POS_IDS",
+    "POS_OFFSET",
+    "POS_VARLEN",
+    "PositionPlan",
+    "QkvPart",
+    "QkvPlan",
+    "canonical_axes",
+    "place_ids",
+    "plan_qkv",
+    "qkv_shape_struct_dtype",
+    "pack_qkv_shape",
 ]
 
 #: Outer axes the kernel decomposes per thread row (``ROPE_MAX_OUTER`` in the .cu file).
@@ -57,6 +71,13 @@ MULTIAXIS_KERNEL_FOR_DTYPE = {
 }
 #: The preprocessor flag that compiles the multi-axis kernels of ``rope_kernels.cu``.
 MULTIAXIS_DEFINE = "-DROPE_WITH_MULTIAXIS"
+
+#: Activation dtype name -> kernel-shape kernel (``rope_qkv_apply_*``: q, k and v through their strides).
+QKV_KERNEL_FOR_DTYPE = {
+    "float32": "rope_qkv_apply_f32",
+    "float16": "rope_qkv_apply_f16",
+    "bfloat16": "rope_qkv_apply_bf16",
+}
 
 #: Fields of ``struct RopeShape`` in declaration order, each int64 (arrays expanded).
 SHAPE_FIELDS: tuple[str, ...] = (
@@ -287,3 +308,238 @@ def cos_sin_launch(n_positions: int, n_pairs: int) -> tuple[tuple[int, int, int]
     total = n_positions * n_pairs
     blocks = max(1, min(-(-total // BLOCK_THREADS), 1 << 20))
     return (blocks, 1, 1), (BLOCK_THREADS, 1, 1)
+
+
+# -- the kernel-shape kernel (issue 16): q, k, v through their strides, positions as ids/offset/varlen ------
+
+#: Tensors of one ``rope_qkv_apply_*`` launch (``ROPE_QKV_PARTS``: q, k, v) and axes per tensor (b, s, h, d).
+QKV_PARTS = 3
+QKV_AXES = 4
+#: ``pos_mode`` values (``ROPE_POS_*`` in the .cu file).
+POS_IDS, POS_OFFSET, POS_VARLEN = 0, 1, 2
+
+#: Fields of ``struct RopeQkvShape`` in declaration order, each int64 (arrays expanded).
+QKV_SHAPE_FIELDS: tuple[str, ...] = (
+    ("n_b", "n_s", "n_chunks", "chunk_heads")
+    + tuple(f"heads{p}" for p in range(QKV_PARTS))
+    + tuple(f"x_st{i}" for i in range(QKV_PARTS * QKV_AXES))
+    + tuple(f"o_st{i}" for i in range(QKV_PARTS * QKV_AXES))
+    + ("pos_mode", "p_b", "p_s", "n_seq", "off_at", "base")
+)
+
+_CANONICAL = {"b": 0, "s": 1, "t": 1, "h": 2, "d": 3}
+
+
+def canonical_axes(
+    axes: str, shape: Sequence[int], strides: Sequence[int]
+) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:
+    """Sizes and element strides of an array named by ``axes`` on the kernel's axes (b, s, h, d).
+
+    ``t`` (packed tokens) is the kernel's ``s`` with one batch row; an axis ``axes`` lacks has size 1 and
+    stride 0, and so has every axis of size 1 (its stride is never multiplied by a non-zero index).
+    ``axes`` must already be valid for ``len(shape)`` (:func:`rope_ref.axes.parse_axes`).
+    """
+    if len(axes) != len(shape) or len(shape) != len(strides):
+        raise ValueError(
+            f"axes={axes!r} does not name the {len(shape)} axes of an array of shape {tuple(shape)}"
+        )
+    sizes, steps = [1, 1, 1, 1], [0, 0, 0, 0]
+    for letter, n, st in zip(axes, shape, strides, strict=True):
+        i = _CANONICAL[letter]
+        sizes[i], steps[i] = int(n), (int(st) if n != 1 else 0)
+    return tuple(sizes), tuple(steps)  # type: ignore[return-value]
+
+
+def place_ids(
+    ids_shape: Sequence[int], ids_strides: Sequence[int], axes: str, x_shape: Sequence[int]
+) -> tuple[int, int, bool]:
+    """``(stride along b, stride along s, varies over heads)`` of position ids for an x named by ``axes``.
+
+    The oracle's rules (:func:`rope_ref.axes.positions_for_axes`): a scalar; per-token ids ``(S,)``
+    (``(T,)`` for ``thd``); HF-style ``(B, S)`` ids when ``axes`` has ``b``, whatever the order of ``b`` and
+    ``s`` in x; or one entry (or 1) per leading axis of x. The third value is True when full-rank ids
+    vary along the head axis (then the angle is not shared between heads). ``ValueError`` naming
+    ``positions``, ``axes`` and the shapes when the ids do not fit.
+    """
+    shape, strides = tuple(int(n) for n in ids_shape), tuple(int(s) for s in ids_strides)
+    x_shape = tuple(int(n) for n in x_shape)
+    lead = x_shape[:-1]
+    seq_axis = axes.index("s" if "s" in axes else "t")
+
+    def fits(got: int, want: int) -> bool:
+        return got == want or got == 1
+
+    def along(i: int) -> int:
+        return strides[i] if shape[i] != 1 else 0
+
+    if len(shape) == 0:
+        return 0, 0, False
+    if len(shape) == 1 and fits(shape[0], lead[seq_axis]):
+        return 0, along(0), False
+    if len(shape) == 2 and "b" in axes:
+        if fits(shape[0], lead[axes.index("b")]) and fits(shape[1], lead[seq_axis]):
+            return along(0), along(1), False
+    elif (
+        len(shape) == len(lead)
+        and len(shape) > 1
+        and all(fits(p, n) for p, n in zip(shape, lead, strict=True))
+    ):
+        p_b = p_s = 0
+        heads = False
+        for i, letter in enumerate(axes[:-1]):
+            if letter == "b":
+                p_b = along(i)
+            elif letter in "st":
+                p_s = along(i)
+            elif shape[i] != 1:
+                heads = True
+        return p_b, p_s, heads
+    forms = [f"a scalar, ({lead[seq_axis]},) per-token ids"]
+    if "b" in axes:
+        forms.append(f"({lead[axes.index('b')]}, {lead[seq_axis]}) HF-style (B, S) ids")
+    forms.append(f"an array with one axis per leading axis of x, broadcasting to {lead}")
+    raise ValueError(
+        f"positions of shape {shape} do not fit x of shape {x_shape} with axes={axes!r}: expected "
+        + " or ".join(forms)
+    )
+
+
+@dataclass(frozen=True)
+class PositionPlan:
+    """How the kernel forms a token's position (``pos_mode`` and its fields of ``RopeQkvShape``)."""
+
+    mode: int = POS_IDS
+    p_b: int = 0
+    p_s: int = 0
+    n_seq: int = 0
+    off_at: int = -1
+    base: int = 0
+
+
+@dataclass(frozen=True)
+class QkvPart:
+    """One tensor of a launch on the kernel's axes (b, s, h, d): sizes and element strides of x and out."""
+
+    sizes: tuple[int, int, int, int]
+    x_strides: tuple[int, int, int, int]
+    out_strides: tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class QkvPlan:
+    """One launch of a ``rope_qkv_apply_*`` kernel."""
+
+    kernel: str
+    n_b: int
+    n_s: int
+    heads: tuple[int, int, int]
+    x_strides: tuple[int, ...]  # QKV_PARTS * QKV_AXES, part-major
+    out_strides: tuple[int, ...]
+    n_chunks: int
+    chunk_heads: int
+    n_pairs: int
+    n_pass: int
+    half_layout: bool
+    copy_pass: bool
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int]
+
+    @property
+    def lanes(self) -> int:
+        return self.n_pairs + (self.n_pass if self.copy_pass else 0)
+
+    @property
+    def n_rows(self) -> int:
+        return self.n_b * self.n_s * self.n_chunks
+
+    def shape_values(self, pos: PositionPlan) -> tuple[int, ...]:
+        """The ``RopeQkvShape`` fields in declaration order (see :data:`QKV_SHAPE_FIELDS`)."""
+        return (
+            (self.n_b, self.n_s, self.n_chunks, self.chunk_heads)
+            + self.heads
+            + self.x_strides
+            + self.out_strides
+            + (pos.mode, pos.p_b, pos.p_s, pos.n_seq, pos.off_at, pos.base)
+        )
+
+
+def plan_qkv(
+    *,
+    dtype_name: str,
+    parts: Sequence[QkvPart],
+    head_dim: int,
+    rotary_dim: int,
+    layout: str,
+    inplace: bool,
+) -> QkvPlan:
+    """Plan one launch over up to three tensors (q, then k, then v; v is copied, never rotated).
+
+    Every part has the same batch rows, tokens and channels (``head_dim``); any element strides,
+    including negative ones and a non-unit channel stride. In place, no part may have a zero stride on
+    an axis of size > 1 (two elements would alias). The heads of a token are split into chunks only
+    when tokens times lanes fall short of :data:`MIN_PARALLEL_THREADS` (decode).
+    """
+    kernel = QKV_KERNEL_FOR_DTYPE.get(dtype_name) if isinstance(dtype_name, str) else None
+    if kernel is None:
+        raise TypeError(
+            f"x must have dtype float32, float16 or bfloat16 for the cupy backend, got {dtype_name!r}"
+        )
+    if not 1 <= len(parts) <= QKV_PARTS:
+        raise ValueError(f"a launch takes 1 to {QKV_PARTS} tensors, got {len(parts)}")
+    if layout not in ("half", "interleaved"):
+        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+    if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be even and in 2..head_dim={head_dim}, got {rotary_dim}")
+    n_b, n_s = parts[0].sizes[0], parts[0].sizes[1]
+    for part in parts:
+        if part.sizes[3] != head_dim:
+            raise ValueError(f"x.shape[-1] must equal head_dim={head_dim}, got {part.sizes[3]}")
+        if part.sizes[:2] != (n_b, n_s):
+            raise ValueError(f"every tensor needs the same batch and tokens, got {[p.sizes for p in parts]}")
+        if inplace and any(n > 1 and st == 0 for n, st in zip(part.sizes, part.x_strides, strict=True)):
+            raise ValueError(
+                "in-place apply needs x without zero strides (aliased elements), "
+                f"got strides {part.x_strides}"
+            )
+    heads = tuple(p.sizes[2] for p in parts) + (0,) * (QKV_PARTS - len(parts))
+    pad = ((0, 0, 0, 0),) * (QKV_PARTS - len(parts))
+    x_st = sum((p.x_strides for p in parts), ()) + sum(pad, ())
+    o_st = sum((p.out_strides for p in parts), ()) + sum(pad, ())
+    n_pairs = rotary_dim // 2
+    n_pass = head_dim - rotary_dim
+    copy_pass = n_pass > 0 and not inplace
+    lanes = n_pairs + (n_pass if copy_pass else 0)
+    total = sum(heads)
+    tokens = n_b * n_s
+    chunks = 1
+    if total > 1 and 0 < tokens * lanes < MIN_PARALLEL_THREADS:
+        chunks = min(total, -(-MIN_PARALLEL_THREADS // (tokens * lanes)))
+    chunk_heads = max(1, -(-total // chunks))
+    n_chunks = max(1, -(-total // chunk_heads))
+    block, grid = _block_and_grid(lanes, tokens * n_chunks)
+    return QkvPlan(
+        kernel=kernel,
+        n_b=n_b,
+        n_s=n_s,
+        heads=heads,  # type: ignore[arg-type]
+        x_strides=x_st,
+        out_strides=o_st,
+        n_chunks=n_chunks,
+        chunk_heads=chunk_heads,
+        n_pairs=n_pairs,
+        n_pass=n_pass,
+        half_layout=layout == "half",
+        copy_pass=copy_pass,
+        block=block,
+        grid=grid,
+    )
+
+
+def qkv_shape_struct_dtype() -> np.dtype:
+    """NumPy dtype laid out like ``struct RopeQkvShape`` (all int64, so no padding)."""
+    return np.dtype([(name, np.int64) for name in QKV_SHAPE_FIELDS])
+
+
+def pack_qkv_shape(plan: QkvPlan, pos: PositionPlan) -> np.void:
+    """The ``RopeQkvShape`` argument as a NumPy structured scalar (CuPy passes it by value)."""
+    return np.array([plan.shape_values(pos)], dtype=qkv_shape_struct_dtype())[0]

@@ -5,6 +5,13 @@ that reads ``x`` once, writes the output once, computes the angles from per-toke
 fly, handles both layouts and partial rotary (pass-through channels copied bit for bit), fp32 / fp16 /
 bf16 activations, strided last-axis-contiguous inputs, more than 2^31 elements, and an in-place mode.
 
+The shapes real kernels see (issue 16): :func:`apply_axes`, :func:`apply_qk` and :func:`apply_qkv` launch
+one ``rope_qkv_apply_*`` kernel that takes element strides for every axis of its inputs and outputs
+(transposed views, slices of a packed projection, non-unit strides: no copies), rotates q and k with
+different head counts in the same launch, leaves V of a packed qkv bit for bit (in place: never written),
+and forms positions from ids, a KV-cache ``offset`` (scalar or per batch row) or ``cu_seqlens`` (plus
+start offsets) itself; ``inverse=True`` rotates by ``-m theta``; ``inplace=True`` writes through the views.
+
 Precision (``docs/backends/cupy.md``): the frequency table (``rotary_dim / 2`` numbers) and the attention
 factor come from the oracle's float64 formulas (:func:`rope_ref.inv_freq`), so every scaling type is the
 oracle's; per position the kernel forms the angle as the float64 product ``position * inv_freq``
@@ -47,6 +54,9 @@ __all__ = [
     "CupyBackend",
     "apply",
     "apply_vjp",
+    "apply_axes",
+    "apply_qk",
+    "apply_qkv",
     "cos_sin",
     "multiaxis_apply",
     "multiaxis_apply_vjp",
@@ -146,6 +156,19 @@ class Bf16Array:
     @property
     def shape(self) -> tuple[int, ...]:
         return self.bits.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.bits.ndim
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Byte strides (2 bytes per element), as ``cupy.ndarray.strides``."""
+        return self.bits.strides
+
+    def transpose(self, *axes: Any) -> Bf16Array:
+        """A view with the axes permuted (``cupy.ndarray.transpose`` semantics)."""
+        return Bf16Array(self.bits.transpose(*axes))
 
     def __getitem__(self, key: Any) -> Bf16Array:
         return Bf16Array(self.bits[key])
@@ -427,6 +450,46 @@ def multiaxis_apply_vjp(
     return _launch_multiaxis(grad_out, positions, spec, seq_len, inplace=False, sign=-1.0, check=check)
 
 
+# -- the shapes real kernels see (issue 16) ----------------------------------------------------------
+
+
+def apply_axes(x: Any, cfg: RopeConfig, *, axes: str, **kwargs: Any) -> Any:
+    """Rotate ``x`` (any strides) whose axes ``axes`` names (``"bshd"``, ``"bhsd"``, ``"sbhd"``, ``"thd"``).
+
+    Positions in exactly one form: ``positions=`` (HF ``(B, S)`` ids, per-token ids, a scalar or one
+    entry per leading axis), ``offset=`` (an int or one per batch row: token ``s`` of row ``b`` is at
+    ``offset[b] + s``) or ``cu_seqlens=`` (``thd``; positions restart per sequence, plus
+    ``start_offsets``, an int or one per sequence; ``max_seqlen`` optional). ``inverse=True`` rotates by
+    ``-m theta`` (a length-dependent scaling sees the forward positions); ``inplace=True`` writes into
+    ``x``'s own elements and returns ``x``; ``seq_len`` as :func:`apply`.
+    """
+    from ._cupy_extras import apply_axes as _apply_axes
+
+    return _apply_axes(x, cfg, axes=axes, **kwargs)
+
+
+def apply_qk(q: Any, k: Any, cfg: RopeConfig, *, axes: str, **kwargs: Any) -> tuple[Any, Any]:
+    """Rotate q ``(.., Hq, ..)`` and k ``(.., Hk, ..)`` (``Hk`` divides ``Hq``) in one launch.
+
+    Options as :func:`apply_axes` (positions must not vary over heads). Returns ``(q_rot, k_rot)``; in
+    place ``(q, k)`` themselves, which may be disjoint slices of one packed buffer.
+    """
+    from ._cupy_extras import apply_qk as _apply_qk
+
+    return _apply_qk(q, k, cfg, axes=axes, **kwargs)
+
+
+def apply_qkv(qkv: Any, cfg: RopeConfig, *, axes: str, num_heads_q: int, **kwargs: Any) -> Any:
+    """Rotate the q and k heads of a packed ``(.., Hq + 2 Hk, ..)`` tensor in one launch; V bit for bit.
+
+    ``num_heads_kv`` defaults to ``num_heads_q``; other options as :func:`apply_axes`. Out of place a new
+    tensor (V copied exactly by the same launch); in place ``qkv`` itself (V never written).
+    """
+    from ._cupy_extras import apply_qkv as _apply_qkv
+
+    return _apply_qkv(qkv, cfg, axes=axes, num_heads_q=num_heads_q, **kwargs)
+
+
 # -- the conformance backend -----------------------------------------------------------------------
 
 
@@ -434,6 +497,8 @@ class CupyBackend(NextPositionIdsFromFullIds, Backend):
     """The fused CuPy kernels behind the conformance protocol (see the module docstring)."""
 
     name = "cupy"
+    #: issue 16: the kernel-shape operations write through the handed views when asked
+    inplace_ops = frozenset({"apply_axes", "apply_qk", "apply_qkv"})
 
     def __init__(self, io_dtype: str = "float32", inplace: bool = False) -> None:
         cp = _cupy()
@@ -510,6 +575,103 @@ class CupyBackend(NextPositionIdsFromFullIds, Backend):
     def multiaxis_apply(self, x, positions, spec):
         """Issue 20: the fused multi-axis kernel (the id builders and the MLA scale stay unsupported)."""
         return multiaxis_apply(x, positions, spec, inplace=self.inplace)
+
+    # -- the shapes real kernels see (issue 16): one rope_qkv_apply_* launch each --------------------
+    def permute(self, array, order):
+        return array.transpose(tuple(order))
+
+    def apply_axes(
+        self,
+        x,
+        cfg,
+        *,
+        axes,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        return apply_axes(
+            x,
+            cfg,
+            axes=axes,
+            positions=positions,
+            offset=offset,
+            cu_seqlens=cu_seqlens,
+            start_offsets=start_offsets,
+            max_seqlen=max_seqlen,
+            inverse=inverse,
+            inplace=inplace,
+            seq_len=seq_len,
+        )
+
+    def apply_qk(
+        self,
+        q,
+        k,
+        cfg,
+        *,
+        axes,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        return apply_qk(
+            q,
+            k,
+            cfg,
+            axes=axes,
+            positions=positions,
+            offset=offset,
+            cu_seqlens=cu_seqlens,
+            start_offsets=start_offsets,
+            max_seqlen=max_seqlen,
+            inverse=inverse,
+            inplace=inplace,
+            seq_len=seq_len,
+        )
+
+    def apply_qkv(
+        self,
+        qkv,
+        cfg,
+        *,
+        axes,
+        num_heads_q,
+        num_heads_kv,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        return apply_qkv(
+            qkv,
+            cfg,
+            axes=axes,
+            num_heads_q=num_heads_q,
+            num_heads_kv=num_heads_kv,
+            positions=positions,
+            offset=offset,
+            cu_seqlens=cu_seqlens,
+            start_offsets=start_offsets,
+            max_seqlen=max_seqlen,
+            inverse=inverse,
+            inplace=inplace,
+            seq_len=seq_len,
+        )
 
     def decay_upper_bound(self, distances, cfg):
         from ._cupy_extras import relative_upper_bound

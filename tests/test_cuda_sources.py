@@ -14,7 +14,9 @@ import pytest
 from rope_ref.backends import _cupy_plan as plan
 
 SOURCE = Path(plan.__file__).with_name("rope_kernels.cu")
-KERNELS = sorted(set(plan.KERNEL_FOR_DTYPE.values()) | {"rope_cos_sin_f32"})
+KERNELS = sorted(
+    set(plan.KERNEL_FOR_DTYPE.values()) | set(plan.QKV_KERNEL_FOR_DTYPE.values()) | {"rope_cos_sin_f32"}
+)
 
 
 def _nvcc() -> str | None:

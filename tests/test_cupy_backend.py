@@ -347,6 +347,96 @@ def test_validation_messages() -> None:
         _plan((4, 8), (4,), layout="neox")
 
 
+# -- kernel-shape planning (issue 16): axes, placed ids, q/k/v launches ---------------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    axes=st.sampled_from(["bshd", "bhsd", "sbhd", "thd", "shd", "hsd", "hbsd", "sd"]),
+    sizes=st.fixed_dictionaries({c: st.integers(1, 4) for c in "bsht"}),
+    form=st.sampled_from(["scalar", "per-token", "hf", "full"]),
+    data=st.data(),
+)
+def test_place_ids_addresses_what_the_oracle_places(axes, sizes, form, data) -> None:
+    from rope_ref.axes import positions_for_axes
+
+    shape = tuple(sizes.get(c, 3) for c in axes[:-1]) + (3,)
+    seq = shape[axes.index("s" if "s" in axes else "t")]
+    if form == "hf" and "b" not in axes:
+        form = "per-token"
+    ids_shape = {
+        "scalar": (),
+        "per-token": (data.draw(st.sampled_from([1, seq])),),
+        "hf": (data.draw(st.sampled_from([1, shape[axes.index("b")] if "b" in axes else 1])), seq),
+        "full": tuple(data.draw(st.sampled_from([1, n])) for n in shape[:-1]),
+    }[form]
+    if form == "full" and "h" in axes:
+        ids_shape = tuple(1 if c == "h" else n for c, n in zip(axes, ids_shape, strict=False))
+    if form == "full" and len(ids_shape) == 2 and "b" in axes:
+        return  # two axes with a batch axis read as HF (B, S): covered by "hf"
+    buf = np.arange(1.0, 1.0 + 2 * math.prod(ids_shape))
+    ids = buf[::2].reshape(ids_shape)  # a view with stride 2: the strides must be honoured
+    assert np.shares_memory(ids, buf)
+    p_b, p_s, heads = plan_mod.place_ids(ids.shape, [st_ // 8 for st_ in ids.strides], axes, shape)
+    assert not heads
+    placed = np.broadcast_to(positions_for_axes(ids, axes, shape), shape[:-1])
+    for index in np.ndindex(*shape[:-1]):
+        b = index[axes.index("b")] if "b" in axes else 0
+        s_ = index[axes.index("s" if "s" in axes else "t")]
+        assert buf[b * p_b + s_ * p_s] == placed[index]  # ids[0, ..] is buf[0]
+
+
+def test_place_ids_flags_ids_varying_over_heads_and_rejects_misfits() -> None:
+    assert plan_mod.place_ids((2, 5, 3), (15, 3, 1), "bshd", (2, 5, 3, 8)) == (15, 3, True)
+    assert plan_mod.place_ids((2, 5, 1), (5, 1, 1), "bshd", (2, 5, 3, 8)) == (5, 1, False)
+    assert plan_mod.place_ids((7, 2), (2, 1), "thd", (7, 2, 8)) == (0, 2, True)
+    misfits = [
+        ((4,), "bshd", (2, 5, 3, 8)),
+        ((5, 2), "bshd", (2, 5, 3, 8)),
+        ((2, 5, 3, 1), "bshd", (2, 5, 3, 8)),
+        ((3,), "thd", (7, 2, 8)),
+    ]
+    for ids_shape, axes, x_shape in misfits:
+        with pytest.raises(ValueError, match=r"positions of shape .* do not fit x of shape"):
+            plan_mod.place_ids(ids_shape, (1,) * len(ids_shape), axes, x_shape)
+
+
+def test_canonical_axes_maps_every_convention_to_b_s_h_d() -> None:
+    x = np.zeros((2, 3, 5, 8), dtype=np.float32)
+    el = [s // 4 for s in x.strides]
+    assert plan_mod.canonical_axes("bshd", x.shape, el) == ((2, 3, 5, 8), (120, 40, 8, 1))
+    assert plan_mod.canonical_axes("bhsd", x.shape, el) == ((2, 5, 3, 8), (120, 8, 40, 1))
+    assert plan_mod.canonical_axes("sbhd", x.shape, el) == ((3, 2, 5, 8), (40, 120, 8, 1))
+    assert plan_mod.canonical_axes("thd", (7, 1, 8), (8, 8, 1)) == ((1, 7, 1, 8), (0, 8, 0, 1))
+
+
+def test_plan_qkv_validation_and_packing() -> None:
+    part = plan_mod.QkvPart((2, 3, 4, 16), (192, 64, 16, 1), (192, 64, 16, 1))
+    p = plan_mod.plan_qkv(dtype_name="float16", parts=[part], head_dim=16, rotary_dim=8, layout="interleaved",
+                          inplace=False)  # fmt: skip
+    assert p.kernel == "rope_qkv_apply_f16" and p.heads == (4, 0, 0) and (p.n_pairs, p.n_pass) == (4, 8)
+    assert p.copy_pass and p.lanes == 12 and p.n_chunks * p.chunk_heads >= 4
+    pos = plan_mod.PositionPlan(plan_mod.POS_VARLEN, n_seq=3, off_at=4, base=7)
+    packed = plan_mod.pack_qkv_shape(p, pos)
+    values = np.frombuffer(packed.tobytes(), dtype=np.int64)
+    assert values.size == len(plan_mod.QKV_SHAPE_FIELDS) and tuple(values) == p.shape_values(pos)
+    assert tuple(values[-6:]) == (plan_mod.POS_VARLEN, 0, 0, 3, 4, 7)
+    inplace = plan_mod.plan_qkv(dtype_name="float32", parts=[part, part], head_dim=16, rotary_dim=8,
+                                layout="half", inplace=True)  # fmt: skip
+    assert not inplace.copy_pass and inplace.lanes == 4 and inplace.heads == (4, 4, 0)
+    kwargs = dict(head_dim=16, rotary_dim=16, layout="half", inplace=False)
+    with pytest.raises(TypeError, match="dtype"):
+        plan_mod.plan_qkv(dtype_name="float64", parts=[part], **kwargs)
+    with pytest.raises(ValueError, match="same batch and tokens"):
+        other = plan_mod.QkvPart((2, 4, 4, 16), (256, 64, 16, 1), (256, 64, 16, 1))
+        plan_mod.plan_qkv(dtype_name="float32", parts=[part, other], **kwargs)
+    with pytest.raises(ValueError, match="zero strides"):
+        bcast = plan_mod.QkvPart((2, 3, 4, 16), (0, 64, 16, 1), (0, 64, 16, 1))
+        plan_mod.plan_qkv(dtype_name="float32", parts=[bcast], **{**kwargs, "inplace": True})
+    with pytest.raises(ValueError, match="head_dim=32"):
+        plan_mod.plan_qkv(dtype_name="float32", parts=[part], **{**kwargs, "head_dim": 32, "rotary_dim": 32})
+
+
 # -- bfloat16 host conversion ----------------------------------------------------------------------
 
 
