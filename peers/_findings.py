@@ -56,7 +56,14 @@ class Finding:
 
 
 def findings_path(peer: str) -> Path:
-    return FINDINGS_DIR / (peer.replace(":", "_") + ".toml")
+    """``findings/<peer>.toml`` (``:`` as ``_``); else, when only the library's shared file exists, the
+    file of the peer name up to ``:`` (``keras-hub:torch`` and ``keras-hub:jax`` share ``keras-hub.toml``)."""
+    own = FINDINGS_DIR / (peer.replace(":", "_") + ".toml")
+    if not own.is_file() and ":" in peer:
+        shared = FINDINGS_DIR / (peer.split(":", 1)[0] + ".toml")
+        if shared.is_file():
+            return shared
+    return own
 
 
 def _toml(text: str) -> dict:

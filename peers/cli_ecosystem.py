@@ -5,19 +5,32 @@ and ``<out>/ecosystem.json``. Byte-stable: nothing timed or random is written, a
 are those already on the page, the page's own date and machine are kept, so regenerating with nothing
 changed rewrites the same bytes (``--date`` / ``--machine`` override). Exit status: 0, or 1 with
 ``--check`` when a peer has an unexplained failure or a stale finding.
+
+Peers that cannot be installed beside the others (keras-hub pulls TensorFlow; each Keras backend needs its
+own process) are run in their own environment and merged: ``--update`` keeps the page's rows of the peers
+not run now, and ``--merge FILE`` takes the rows of the peers in FILE (an ``ecosystem.json`` written
+elsewhere with ``--out``) in place of theirs, refusing a FILE computed on another golden set. For example::
+
+    KERAS_BACKEND=torch rope-ref ecosystem --peers keras-hub:torch --out /tmp/keras-page
+    KERAS_BACKEND=jax rope-ref ecosystem --peers keras-hub:jax --out /tmp/keras-page --update
+    rope-ref ecosystem --merge /tmp/keras-page/ecosystem.json   # in the main environment: runs nothing else
+
+A peer whose flavours share one library may share one findings file: ``findings/<peer>.toml`` is used when it
+exists, else ``findings/<library>.toml`` (``keras-hub.toml`` for ``keras-hub:torch`` and ``keras-hub:jax``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import platform
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_arguments", "add_parser", "run", "run_peer", "collect"]
+__all__ = ["add_arguments", "add_parser", "run", "run_peer", "collect", "peer_findings", "merge_pages"]
 
 PAGE_SCHEMA = "rope-ref-ecosystem/1"
 
@@ -34,6 +47,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--check", action="store_true", help="exit 1 on unexplained failures or stale findings"
     )
     parser.add_argument("--no-write", action="store_true", help="print the summary only")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the existing page's rows of the peers not run now (default: the page has only this run)",
+    )
+    parser.add_argument(
+        "--merge",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="an ecosystem.json computed elsewhere (e.g. where keras-hub is installed): its peers' rows "
+        "replace theirs on the page (implies --update; without --peers nothing is run); repeatable",
+    )
     parser.add_argument(
         "--export-xfails",
         default=None,
@@ -57,15 +83,23 @@ def _pkg():
     return sys.modules[__package__] if __package__ in sys.modules else __import__(__package__)
 
 
+def peer_findings(name: str) -> tuple[list, str]:
+    """``(findings, file name)``: ``findings/<peer>.toml``, else the file the library's flavours share
+    (``findings/<library>.toml``, the peer name up to ``:``; :func:`findings_path`)."""
+    from ._findings import findings_path, load_findings
+
+    return load_findings(name), findings_path(name).name
+
+
 def run_peer(name: str, precision: str, cases, *, timeout: float = 60.0) -> dict[str, Any]:
     """Run one peer at one precision; every failure classified against its findings file."""
     from rope_ref.conformance.runner import Runner
 
-    from ._findings import explain, load_findings
+    from ._findings import explain
 
     pkg = _pkg()
     backend = pkg.get_peer(name, precision)
-    findings = load_findings(name)
+    findings, _ = peer_findings(name)
     runner = Runner(backend, timeout=timeout, spec=name, precision=precision)
     report = runner.run(cases)  # classified below (bug class and min_position too, which --xfails lacks)
     counts = dict.fromkeys(
@@ -140,17 +174,18 @@ def _class_verdict(verdicts: list[str]) -> str:
 def collect(peers: list[str], precisions: list[str] | None, golden: str | None, timeout: float, log) -> dict:
     from rope_ref.conformance.golden import load_golden
 
-    from ._findings import load_findings
-
     pkg = _pkg()
     cases = load_golden(golden)
     runs, not_run, findings = [], {}, {}
     for name in peers:
         ok, reason = pkg.peer_status(name)
+        loaded, file = peer_findings(name)
+        shared = {"file": file} if file != name.replace(":", "_") + ".toml" else {}
         findings[name] = [
             {k: getattr(f, k) for k in ("id", "title", "upstream", "reproducer")}
             | {"affected": list(f.affected)}
-            for f in load_findings(name)
+            | shared
+            for f in loaded
         ]
         if not ok:
             not_run[name] = reason
@@ -175,6 +210,43 @@ def collect(peers: list[str], precisions: list[str] | None, golden: str | None, 
 def _precisions_of(module, name: str) -> tuple[str, ...]:
     backend = _pkg().get_peer(name)
     return tuple(backend.precisions)
+
+
+def _golden_manifest(golden: str | None) -> str:
+    """sha256 (16 hex digits) of the golden set's manifest: merged rows must come from the same set."""
+    from rope_ref.conformance.golden import MANIFEST, shipped_dir
+
+    path = (Path(golden) if golden else shipped_dir()) / MANIFEST
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def merge_pages(base: dict, new: dict, order: list[str]) -> dict:
+    """``base`` with every row of the peers in ``new`` (runs, not-run entries, findings) replaced by new's.
+
+    Rows are kept in registry order (``order``), a peer's runs in the order they were run; a peer with runs
+    loses its not-run entry.
+    """
+    mine = (
+        {r["peer"] for r in new.get("runs", [])} | set(new.get("not_run", {})) | set(new.get("findings", {}))
+    )
+    rank = {name: i for i, name in enumerate(order)}
+
+    def key(name: str) -> int:
+        return rank.get(name, len(rank))
+
+    runs = [r for r in base.get("runs", []) if r["peer"] not in mine] + list(new.get("runs", []))
+    runs.sort(key=lambda r: key(r["peer"]))  # stable: a peer's precisions keep their order
+    with_runs = {r["peer"] for r in runs}
+    not_run = {k: v for k, v in base.get("not_run", {}).items() if k not in mine} | new.get("not_run", {})
+    not_run = {k: not_run[k] for k in sorted(not_run, key=key) if k not in with_runs}
+    findings = {k: v for k, v in base.get("findings", {}).items() if k not in mine} | new.get("findings", {})
+    findings = {k: findings[k] for k in sorted(findings, key=key)}
+    return {
+        "runs": runs,
+        "not_run": not_run,
+        "findings": findings,
+        "cases": new.get("cases", base.get("cases")),
+    }
 
 
 def _machine() -> str:
@@ -229,8 +301,9 @@ def render_md(page: dict) -> str:
     lines += ["", "`pass*`: passed with tables from the oracle.", "", "## Findings", ""]
     for peer, fs in page["findings"].items():
         for f in fs:
+            file = f.get("file") or peer.replace(":", "_") + ".toml"
             lines.append(
-                f"- **{peer}** [`{f['id']}`](../../peers/findings/{peer.replace(':', '_')}.toml): "
+                f"- **{peer}** [`{f['id']}`](../../peers/findings/{file}): "
                 f"{f['title']} "
                 f"(reproducer `peers/reproducers/{f['reproducer']}`; upstream: {f['upstream']})"
             )
@@ -257,7 +330,7 @@ def render_md(page: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     pkg = _pkg()
-    names = args.peers.split(",") if args.peers else pkg.peer_names()
+    names = args.peers.split(",") if args.peers else ([] if args.merge else pkg.peer_names())
     unknown = [n for n in names if n not in pkg.PEERS]
     if unknown:
         print(f"rope-ref ecosystem: unknown peer(s) {', '.join(unknown)}", file=sys.stderr)
@@ -270,17 +343,44 @@ def run(args: argparse.Namespace) -> int:
 
     import rope_ref
 
+    merged = []
+    for file in args.merge:
+        try:
+            merged.append(json.loads(Path(file).read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"rope-ref ecosystem: cannot read --merge {file}: {exc}", file=sys.stderr)
+            return 2
     body = collect(names, precisions, args.golden, args.timeout, log)
+    manifest = _golden_manifest(args.golden)
+    for file, page in zip(args.merge, merged, strict=True):
+        theirs = page.get("meta", {}).get("golden_manifest")
+        if page.get("cases") != body["cases"] or (theirs and theirs != manifest):
+            print(
+                f"rope-ref ecosystem: {file} was computed on another golden set ({page.get('cases')} cases, "
+                f"manifest {theirs}; here {body['cases']} cases, manifest {manifest}); re-run its peers",
+                file=sys.stderr,
+            )
+            return 2
     out = Path(args.out)
     json_path, md_path = out / "ecosystem.json", out / "ecosystem.md"
-    old_meta: dict[str, Any] = {}
+    old: dict[str, Any] = {}
     if json_path.is_file():
         try:
             old = json.loads(json_path.read_text(encoding="utf-8"))
-            if {k: old.get(k) for k in body} == json.loads(json.dumps(body)):
-                old_meta = old.get("meta", {})
         except (json.JSONDecodeError, OSError):
-            pass
+            old = {}
+    if args.update or args.merge:
+        base = old if old.get("cases") == body["cases"] else {}
+        if old and not base:
+            log(f"{json_path} was computed on another golden set: its other rows are dropped")
+        body = merge_pages(base, body, pkg.peer_names())
+        for page in merged:
+            body = merge_pages(body, page, pkg.peer_names())
+            for name in {r["peer"] for r in page.get("runs", [])}:
+                log(f"{name}: rows merged from another environment")
+    old_meta: dict[str, Any] = {}
+    if old and {k: old.get(k) for k in body} == json.loads(json.dumps(body)):
+        old_meta = old.get("meta", {})
     meta = {
         "schema": PAGE_SCHEMA,
         "rope_ref": rope_ref.__version__,
@@ -288,17 +388,18 @@ def run(args: argparse.Namespace) -> int:
         "cases": body["cases"],
         "date": args.date or old_meta.get("date") or datetime.date.today().isoformat(),
         "machine": args.machine or old_meta.get("machine") or _machine(),
+        "golden_manifest": manifest,
     }
     page = {"meta": meta, **body}
     bad = [r for r in body["runs"] if r["unexplained"] or r["stale_findings"]]
     if args.export_xfails:
-        from ._findings import load_findings, write_xfails_json
+        from ._findings import write_xfails_json
 
         xdir = Path(args.export_xfails)
         xdir.mkdir(parents=True, exist_ok=True)
         for r in body["runs"]:
             target = xdir / f"{r['peer'].replace(':', '_')}-{r['precision']}.json"
-            write_xfails_json(load_findings(r["peer"]), r["precision"], target)
+            write_xfails_json(peer_findings(r["peer"])[0], r["precision"], target)
     if not args.no_write:
         out.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(page, indent=2, sort_keys=False) + "\n", encoding="utf-8")

@@ -41,6 +41,10 @@ CI_RUNS = {
     "torchtune": ("bf16",),
     "mlx": ("fp32",),
     "mlx-lm": ("bf16",),
+    # not installed by CI (TensorFlow); skipped there. bf16 reaches all six keras-hub findings. One Keras
+    # backend per process: the second flavour skips with the reason.
+    "keras-hub:torch": ("bf16",),
+    "keras-hub:jax": ("bf16",),
 }
 
 
@@ -143,3 +147,81 @@ def test_glue_layout_bridge_and_probes_against_the_oracle():
         want_cos, want_sin = rope_ref.cos_sin(pos.astype(float), cfg)
         np.testing.assert_allclose(cos, want_cos, atol=1e-12)
         np.testing.assert_allclose(sin, want_sin, atol=1e-12)
+
+
+def test_keras_hub_findings_are_shared_and_complete():
+    """keras-hub:torch and keras-hub:jax share findings/keras-hub.toml; each finding names its reproducer."""
+    keras_findings = findings_mod.load_findings("keras-hub")
+    assert len(keras_findings) == 6
+    for flavour in ("keras-hub:torch", "keras-hub:jax"):
+        loaded, file = cli.peer_findings(flavour)
+        assert file == "keras-hub.toml" and loaded == keras_findings
+    reproducers = Path(findings_mod.FINDINGS_DIR).parent / "reproducers"
+    for f in keras_findings:
+        assert f.root_cause.strip() and f.upstream and f.affected, f.id
+        assert f.reproducer.startswith("keras_hub_") and (reproducers / f.reproducer).is_file(), f.id
+    # the half-precision findings are declared for fp16/bf16 only
+    half = {f.id for f in keras_findings if f.precisions}
+    assert half == {"keras-hub-yarn-factor-in-compute-dtype", "keras-hub-float-positions-autocast"}
+    assert cli.peer_findings("hf:llama")[1] == "hf_llama.toml"  # a peer's own file comes first
+
+
+@pytest.mark.parametrize(
+    "script",
+    sorted(p.name for p in (Path(findings_mod.FINDINGS_DIR).parent / "reproducers").glob("keras_hub_*.py")),
+)
+def test_keras_hub_reproducers_fail_today(script):
+    """Each keras-hub reproducer exits non-zero while its bug is present (needs keras-hub: skipped on CI)."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("keras_hub") is None:
+        pytest.skip("keras-hub is not installed (it pulls TensorFlow)")
+    path = Path(findings_mod.FINDINGS_DIR).parent / "reproducers" / script
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+
+
+def test_merge_pages_replaces_only_the_merged_peers_rows():
+    """--merge / --update: rows of the merged peers replace theirs, in registry order; no keras needed."""
+
+    def run(peer, precision):
+        return {"peer": peer, "precision": precision, "counts": {}}
+
+    order = ["hf:llama", "onnxruntime", "keras-hub:torch", "keras-hub:jax", "mlx"]
+    base = {
+        "runs": [run("hf:llama", "fp32"), run("mlx", "fp32")],
+        "not_run": {"keras-hub:torch": "not installed", "keras-hub:jax": "not installed"},
+        "findings": {"hf:llama": [{"id": "a"}], "keras-hub:torch": [], "mlx": []},
+        "cases": 3,
+    }
+    new = {
+        "runs": [run("keras-hub:torch", "fp32"), run("keras-hub:torch", "bf16")],
+        "not_run": {},
+        "findings": {"keras-hub:torch": [{"id": "k", "file": "keras-hub.toml"}]},
+        "cases": 3,
+    }
+    page = cli.merge_pages(base, new, order)
+    assert [(r["peer"], r["precision"]) for r in page["runs"]] == [
+        ("hf:llama", "fp32"),
+        ("keras-hub:torch", "fp32"),
+        ("keras-hub:torch", "bf16"),
+        ("mlx", "fp32"),
+    ]
+    assert page["not_run"] == {"keras-hub:jax": "not installed"}
+    assert list(page["findings"]) == ["hf:llama", "keras-hub:torch", "mlx"]
+    assert page["findings"]["keras-hub:torch"] == [{"id": "k", "file": "keras-hub.toml"}]
+    assert cli.merge_pages(page, {"runs": [], "not_run": {}, "findings": {}, "cases": 3}, order) == page
+
+
+def test_merge_refuses_rows_from_another_golden_set(tmp_path):
+    """--merge of rows computed on another golden set exits 2 and writes nothing."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    other = tmp_path / "other.json"
+    other.write_text('{"runs": [], "not_run": {}, "findings": {}, "cases": 1}', encoding="utf-8")
+    args = parser.parse_args(["--merge", str(other), "--out", str(tmp_path / "page"), "-q"])
+    assert cli.run(args) == 2
+    assert not (tmp_path / "page").exists()
