@@ -17,6 +17,9 @@ import rope_ref
 
 from ._torch_core import freq_table
 from ._torch_extras import chatglm_apply_2d, chatglm_position_ids, decay_upper_bound
+from ._torch_kernels import apply as _apply_axes
+from ._torch_kernels import apply_qk as _apply_qk
+from ._torch_kernels import apply_qkv as _apply_qkv
 from ._torch_module import RotaryEmbedding, apply
 from ._torch_triton import check_kernel
 
@@ -44,6 +47,8 @@ class TorchBackend(NextPositionIdsFromFullIds, Backend):
     ``apply_vjp`` runs real autograd through :class:`RotateFunction` (``autograd="function"``) or plain
     autograd (``"native"``). ``kernel`` picks the rotation kernel (``"torch"`` or ``"triton"``); the
     Triton kernel's names are ``torch:triton`` (CUDA) and, under Triton's interpreter, ``torch+triton``.
+    The issue-16 operations (``apply_axes``, ``apply_qk``, ``apply_qkv``, all three also in place) call
+    :mod:`._torch_kernels` directly on the views the runner hands, under the same policy as ``apply``.
     """
 
     name = "torch"
@@ -185,3 +190,85 @@ class TorchBackend(NextPositionIdsFromFullIds, Backend):
         from rope_ref import mla
 
         return mla.softmax_scale(cfg)
+
+    # -- the shapes real kernels see (issue 16) ---------------------------------------------------------
+    #: ``inplace=True`` writes through the handed views (q and k may be slices of one packed buffer).
+    inplace_ops = frozenset({"apply_axes", "apply_qk", "apply_qkv"})
+
+    def _kernel_kw(
+        self, axes, positions, offset, cu_seqlens, start_offsets, inverse, inplace, seq_len
+    ) -> dict[str, Any]:
+        """Keywords of the issue-16 kernels: the call's positions form and flags, this backend's policy.
+
+        ``max_seqlen`` is not among them: the kernels find each token's sequence from ``cu_seqlens``.
+        The compute dtype is the kernels' default, float32 for float16/bfloat16 and the input dtype
+        otherwise, which is what :data:`POLICIES` declares (as :meth:`apply`).
+        """
+        return {
+            "positions": positions,
+            "axes": axes,
+            "offset": offset,
+            "cu_seqlens": cu_seqlens,
+            "start_offsets": start_offsets,
+            "inverse": inverse,
+            "inplace": inplace,
+            "seq_len": seq_len,
+            **self._options(),
+        }
+
+    def apply_axes(
+        self,
+        x,
+        cfg,
+        *,
+        axes,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        kw = self._kernel_kw(axes, positions, offset, cu_seqlens, start_offsets, inverse, inplace, seq_len)
+        return _apply_axes(x, cfg=cfg, **kw)
+
+    def apply_qk(
+        self,
+        q,
+        k,
+        cfg,
+        *,
+        axes,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        kw = self._kernel_kw(axes, positions, offset, cu_seqlens, start_offsets, inverse, inplace, seq_len)
+        return _apply_qk(q, k, cfg=cfg, **kw)
+
+    def apply_qkv(
+        self,
+        qkv,
+        cfg,
+        *,
+        axes,
+        num_heads_q,
+        num_heads_kv,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        kw = self._kernel_kw(axes, positions, offset, cu_seqlens, start_offsets, inverse, inplace, seq_len)
+        return _apply_qkv(qkv, cfg=cfg, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, **kw)

@@ -10,6 +10,11 @@ oracle's :func:`rope_ref.apply` with ``axes=`` / ``inverse=`` and :mod:`rope_ref
 
 Every input may be a non-contiguous view (transposed, sliced out of a packed buffer): the kernels index
 through its strides, and in place they write only the elements of the view.
+
+Eager CPU calls rotate with :func:`~rope_ref.backends._torch_module.rotate_blocked` (the kernel the
+original ``apply`` uses too): q and k share one set of tables in the compute dtype; when they are
+neighbours in one buffer (packed QKV) they are rotated as one view, and ``apply_qkv`` out of place
+writes q and k straight into its output and copies V there, with no concatenation.
 """
 
 from __future__ import annotations
@@ -22,10 +27,6 @@ from rope_ref.axes import parse_axes
 from rope_ref.config import RopeConfig
 
 from ._torch_core import (
-    _BLOCK_BYTES,
-    _complex_ok,
-    _pairs,
-    _rotate_block,
     angle_tables,
     as_positions,
     check_angle_dtype,
@@ -36,6 +37,7 @@ from ._torch_core import (
     rotate_tables,
     seq_len_of,
 )
+from ._torch_module import EagerTables, eager_cpu, rotate_blocked
 from ._torch_module import apply as _plain_apply
 from ._torch_triton import check_kernel
 
@@ -233,92 +235,6 @@ def _check_fits(pos: torch.Tensor, lead: tuple[int, ...], name: str) -> None:
         )
 
 
-def _blocks(x: torch.Tensor, rd: int, compute: torch.dtype) -> tuple[int, list[tuple]]:
-    """The block axis (longest leading axis) and index tuples of about ``_BLOCK_BYTES`` of work each."""
-    if x.ndim == 1:
-        return 0, [(...,)]
-    axis = max(range(x.ndim - 1), key=lambda i: x.shape[i])
-    length = x.shape[axis]
-    itemsize = torch.empty((), dtype=compute).element_size()
-    row_bytes = max(1, (x.numel() // max(x.shape[-1], 1)) * rd // max(length, 1)) * itemsize
-    step = max(1, _BLOCK_BYTES // row_bytes)
-    return axis, [(slice(None),) * axis + (slice(s, s + step),) for s in range(0, length, step)]
-
-
-def _part(t: torch.Tensor, axis: int, index: tuple) -> torch.Tensor:
-    """The block ``index`` of a table ``t`` (unchanged where it broadcasts along the block axis)."""
-    return t if index == (...,) or t.shape[axis] == 1 else t[index]
-
-
-def _full_cos(c: torch.Tensor, layout: str) -> torch.Tensor:
-    return torch.cat((c, c), dim=-1) if layout == "half" else torch.stack((c, c), dim=-1).flatten(-2)
-
-
-def _complex_factor(cos: torch.Tensor, sin: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
-    return torch.complex(cos.to(compute), sin.to(compute))
-
-
-def _rotate_out_eager(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, rd: int, compute: torch.dtype
-) -> torch.Tensor:
-    """Out of place, no autograd: a new contiguous tensor, written block by block (reads ``x`` once).
-
-    Half-precision inputs are converted into a float32 scratch block that stays in cache, rotated
-    there and rounded once into the output block (the original kernel mixes dtypes in full-size ops).
-    """
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if rd < x.shape[-1]:
-        out[..., rd:] = x[..., rd:]
-    if _complex_ok(x, layout, compute):
-        n = rd // 2
-        oc = torch.view_as_complex(out[..., :rd].unflatten(-1, (n, 2)))
-        torch.mul(
-            torch.view_as_complex(x[..., :rd].unflatten(-1, (n, 2))),
-            _complex_factor(cos, sin, compute),
-            out=oc,
-        )
-        return out
-    axis, blocks = _blocks(x, rd, compute)
-    c, s = cos.to(compute), sin.to(compute)
-    full = _full_cos(c, layout)
-    scratch = None
-    for index in blocks:
-        xb, ob = x[index], out[index][..., :rd]
-        if compute == x.dtype:
-            _rotate_block(xb, _part(full, axis, index), _part(s, axis, index), ob, layout, rd)
-            continue
-        if scratch is None:  # two compute-dtype blocks, reused: the converted input and the result
-            scratch = torch.empty((2,) + tuple(ob.shape), dtype=compute, device=x.device)
-        xw, work = (t if index == (...,) else t.narrow(axis, 0, ob.shape[axis]) for t in scratch)
-        # Convert first: torch's mixed-dtype mul/addcmul on CPU is about 20x slower than a conversion.
-        xw.copy_(xb[..., :rd])
-        _rotate_block(xw, _part(full, axis, index), _part(s, axis, index), work, layout, rd)
-        ob.copy_(work)
-    return out
-
-
-def _rotate_inplace_eager(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, rd: int, compute: torch.dtype
-) -> None:
-    """Rotate ``x[..., :rd]`` in place, in cache-sized blocks, touching only the elements of the view."""
-    if _complex_ok(x, layout, compute):
-        n = rd // 2
-        torch.view_as_complex(x[..., :rd].unflatten(-1, (n, 2))).mul_(_complex_factor(cos, sin, compute))
-        return
-    axis, blocks = _blocks(x, rd, compute)
-    c_all, s_all = cos.to(compute), sin.to(compute)
-    for index in blocks:
-        xb = x[index][..., :rd]
-        c, s = _part(c_all, axis, index), _part(s_all, axis, index)
-        work = xb if compute == x.dtype else xb.to(compute)
-        a, b = _pairs(work, layout, rd)
-        saved = a.clone()
-        a.mul_(c).addcmul_(b, s, value=-1)
-        b.mul_(c).addcmul_(saved, s)
-        if work is not xb:
-            xb.copy_(work)
-
-
 def _rotate_into(
     x: torch.Tensor,
     cos: torch.Tensor,
@@ -331,22 +247,16 @@ def _rotate_into(
 ) -> torch.Tensor:
     """Out of place: a new contiguous tensor. In place: ``x`` itself, rotated through its strides.
 
-    Autograd, ``torch.compile``, ``kernel="triton"`` and ``autograd="native"`` go through
-    :func:`~rope_ref.backends._torch_core.rotate_tables` (in place: its result copied into ``x``);
-    the plain eager case uses the blocked kernels above.
+    Autograd, ``torch.compile``, ``kernel="triton"``, ``autograd="native"`` and other devices go through
+    :func:`~rope_ref.backends._torch_core.rotate_tables` (in place: its result copied into ``x``); the
+    plain eager CPU case through :func:`~rope_ref.backends._torch_module.rotate_blocked`.
     """
     rd = cfg.rotary_dim
-    needs_graph = torch.is_grad_enabled() and x.requires_grad
-    if needs_graph or not _eager() or kernel != "torch" or autograd != "function":
+    if not eager_cpu(autograd, kernel, x, cos, sin):
         y = rotate_tables(x, cos, sin, cfg.layout, rd, compute, autograd, kernel)
         return x.copy_(y) if inplace else y
-    if x.device.type != "cpu":  # the blocking is tuned for CPU caches
-        y = rotate_tables(x, cos, sin, cfg.layout, rd, compute, autograd, kernel)
-        return x.copy_(y) if inplace else y
-    if inplace:
-        _rotate_inplace_eager(x, cos, sin, cfg.layout, rd, compute)
-        return x
-    return _rotate_out_eager(x, cos, sin, cfg.layout, rd, compute)
+    out = x if inplace else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return rotate_blocked(x, out, EagerTables(cos, sin, cfg.layout, compute), rd)
 
 
 def _common(cfg: Any, angle_dtype: Any, kernel: Any, inverse: Any, inplace: Any) -> RopeConfig:
@@ -449,6 +359,60 @@ def apply_qk(
     ``(q_rot, k_rot)``; with ``inplace`` these are ``q`` and ``k``, written through their strides (they
     may be disjoint slices of one packed buffer).
     """
+    return _apply_qk(
+        q,
+        k,
+        positions,
+        cfg,
+        axes=axes,
+        offset=offset,
+        cu_seqlens=cu_seqlens,
+        start_offsets=start_offsets,
+        inverse=inverse,
+        inplace=inplace,
+        seq_len=seq_len,
+        angle_dtype=angle_dtype,
+        compute_dtype=compute_dtype,
+        autograd=autograd,
+        kernel=kernel,
+    )
+
+
+def _adjacent(a: torch.Tensor, b: torch.Tensor, h: int) -> torch.Tensor | None:
+    """One view of ``a`` then ``b`` along axis ``h`` when ``b`` starts right where ``a`` ends there (same
+    storage, dtype and strides: q and k of one packed buffer), else ``None``. Its elements are exactly
+    those of ``a`` and ``b``."""
+    if a.dtype != b.dtype or a.stride() != b.stride() or a.shape[h] < 1 or a.stride(h) < 1:
+        return None
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return None
+    if b.storage_offset() != a.storage_offset() + a.shape[h] * a.stride(h):
+        return None
+    shape = list(a.shape)
+    shape[h] += b.shape[h]
+    return a.as_strided(shape, a.stride(), a.storage_offset())
+
+
+def _apply_qk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    positions: Any,
+    cfg: Any,
+    *,
+    axes: str | None,
+    offset: Any,
+    cu_seqlens: Any,
+    start_offsets: Any,
+    inverse: bool,
+    inplace: bool,
+    seq_len: int | None,
+    angle_dtype: torch.dtype,
+    compute_dtype: Any,
+    autograd: str,
+    kernel: str,
+    outs: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`apply_qk`; ``outs`` (eager CPU, out of place only): views to write q's and k's results into."""
     cfg = _common(cfg, angle_dtype, kernel, inverse, inplace)
     q, k = check_x(q, cfg.head_dim, "q"), check_x(k, cfg.head_dim, "k")
     if k.dtype != q.dtype or k.device != q.device:
@@ -469,10 +433,29 @@ def apply_qk(
         check_triton(q, compute)
         qo, ko = rotate_triton_qk(q, k, cos, sin, cfg.layout, cfg.rotary_dim, compute)  # one launch
         return (q.copy_(qo), k.copy_(ko)) if inplace else (qo, ko)
-    return (
-        _rotate_into(q, cos, sin, cfg, compute, autograd, kernel, inplace),
-        _rotate_into(k, cos, sin, cfg, compute, autograd, kernel, inplace),
-    )
+    if not eager_cpu(autograd, kernel, q, k, cos, sin):
+        return (
+            _rotate_into(q, cos, sin, cfg, compute, autograd, kernel, inplace),
+            _rotate_into(k, cos, sin, cfg, compute, autograd, kernel, inplace),
+        )
+    # Eager CPU: one table (cos/sin in the compute dtype, [cos, cos]) for both; when q and k (and their
+    # outputs) are neighbours in one buffer, both are rotated as one view, in one pass of blocks.
+    tables = EagerTables(cos, sin, cfg.layout, compute)
+    if inplace:
+        qo, ko = q, k
+    elif outs is not None:
+        qo, ko = outs
+    else:
+        qo = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        ko = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    both_in = _adjacent(q, k, h)
+    both_out = both_in if inplace else _adjacent(qo, ko, h)
+    if both_in is not None and both_out is not None:
+        rotate_blocked(both_in, both_in if inplace else both_out, tables, cfg.rotary_dim)
+    else:
+        rotate_blocked(q, qo, tables, cfg.rotary_dim)
+        rotate_blocked(k, ko, tables, cfg.rotary_dim)
+    return qo, ko
 
 
 def split_qkv(qkv: torch.Tensor, num_heads_q: int, num_heads_kv: int, axes: str) -> tuple[torch.Tensor, ...]:
@@ -523,14 +506,18 @@ def apply_qkv(
     """
     if axes is None:
         raise ValueError("apply_qkv needs axes= naming the head axis (e.g. 'bshd', 'thd')")
+    qkv = check_x(qkv, None, "qkv")
     num_heads_kv = num_heads_q if num_heads_kv is None else num_heads_kv
     q, k, v = split_qkv(qkv, num_heads_q, num_heads_kv, axes)
+    if num_heads_q % num_heads_kv:
+        raise ValueError(f"num_heads_kv ({num_heads_kv}) must divide num_heads_q ({num_heads_q}) (GQA/MQA)")
     opts = dict(
         axes=axes,
         offset=offset,
         cu_seqlens=cu_seqlens,
         start_offsets=start_offsets,
         inverse=inverse,
+        inplace=inplace,
         seq_len=seq_len,
         angle_dtype=angle_dtype,
         compute_dtype=compute_dtype,
@@ -538,8 +525,15 @@ def apply_qkv(
         kernel=kernel,
     )
     if inplace:
-        apply_qk(q, k, positions, cfg, inplace=True, **opts)
+        _apply_qk(q, k, positions, cfg, **opts)  # q and k are neighbours: one pass; V is never written
         return qkv
     h = axes.index("h")
-    qr, kr = apply_qk(q, k, positions, cfg, **opts)
+    if eager_cpu(autograd, kernel, qkv):
+        # Straight into the output: q and k rotated as one view, V copied bit for bit; no concatenation.
+        out = torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
+        qo, ko, vo = split_qkv(out, num_heads_q, num_heads_kv, axes)
+        _apply_qk(q, k, positions, cfg, outs=(qo, ko), **opts)
+        vo.copy_(v)
+        return out
+    qr, kr = _apply_qk(q, k, positions, cfg, **opts)
     return torch.cat((qr, kr, v), dim=h)

@@ -16,13 +16,19 @@ GPU (when CUDA is available): bf16 q and k of shape (4, 4096, 32, 128) each; HF 
 ``--cpu-compiled`` adds ``torch.compile`` of ``rt.apply`` to the CPU forward tables (compiles first).
 
 GQA q+k (issue 16; always, on CPU, and on CUDA when available): q (1, 2048, 32, 128) and k
-(1, 2048, 8, 128) in bf16 and fp32, half layout. Candidates: the clone floor of q and k together,
-two separate original ``rt.apply`` calls, two ``rt.apply(..., axes="bshd")`` calls, the fused
-``rt.apply_qk`` (one table build) and ``rt.apply_qk(..., inplace=True)``. ``--gqa-only`` runs just
-this table; ``--threads N`` sets ``torch.set_num_threads``. The load average is printed with the table.
+(1, 2048, 8, 128) in bf16 and fp32, half layout, positions ``arange(2048)``. Candidates: the clone
+floor of q and k together (``q.clone(); k.clone()``); the fused ``rt.apply_qk(q, k, ids, cfg,
+axes="bshd")``; two separate public ``rt.apply`` calls with the same options (``two_apply``); two calls
+of the original form ``rt.apply(x, ids[:, None], cfg)``; the fused call and two calls in place; on CPU
+the table build that fusion shares; with ``--cpu-compiled``, ``torch.compile`` of ``apply_qk``.
+Ratios: ``x_clone_floor`` (candidate / clone) and ``two_calls_over_fused`` (two calls with the same
+options / the fused call). The issue's goals for ``apply_qk`` (>= 1.5 and <= 1.5) are printed as one
+line per dtype. ``--gqa-only`` runs just this table; ``--repeat N`` makes N independent runs of it
+(medians of run medians, with the range); ``--threads N`` sets ``torch.set_num_threads``. The load
+average is printed with the table.
 
 Usage: ``python benchmarks/bench_torch.py [--rounds N] [--json FILE] [--cpu-only] [--cpu-compiled]
-[--gqa-only] [--threads N]``.
+[--gqa-only] [--repeat N] [--threads N]``.
 """
 
 from __future__ import annotations
@@ -216,10 +222,35 @@ def gpu_bench(rounds: int, dev: str = "cuda", shape: tuple[int, ...] = (4, 4096,
     return rows
 
 
+def _table_build(q: torch.Tensor, ids: torch.Tensor, cfg: rope_ref.RopeConfig) -> Callable[[], object]:
+    """What fusing q and k can share on CPU: placing the positions and building cos/sin (and [cos, cos])
+    in the compute dtype once. Internal functions, timed only to explain the ratios."""
+    from rope_ref.backends import _torch_kernels as tk
+    from rope_ref.backends._torch_module import EagerTables
+
+    compute = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+
+    def run() -> object:
+        pos = tk.resolve_positions(q, ids, "bshd", None, None, None)
+        cos, sin = tk._tables(pos, cfg, None, torch.float32, q.ndim, False)
+        return EagerTables(cos, sin, cfg.layout, compute).full_cos()
+
+    return run
+
+
 def gqa_bench(
-    rounds: int, dev: str = "cpu", s: int = 2048, hq: int = 32, hk: int = 8, d: int = 128
+    rounds: int,
+    dev: str = "cpu",
+    s: int = 2048,
+    hq: int = 32,
+    hk: int = 8,
+    d: int = 128,
+    repeat: int = 1,
+    compiled: bool = False,
 ) -> list[dict]:
-    """GQA q+k: the fused ``apply_qk`` against two separate ``apply`` calls and the clone floor."""
+    """GQA q+k: the fused ``apply_qk`` against two separate ``apply`` calls with the same options and the
+    clone floor, out of place and in place. ``repeat`` independent round-robin runs; ``ms`` is the median
+    of the runs' medians, ``ms_lo``/``ms_hi`` the smallest and largest run median."""
     torch.manual_seed(0)
     cfg = rope_ref.RopeConfig(d, layout="half")
     ids = torch.arange(s, device=dev)
@@ -230,32 +261,64 @@ def gqa_bench(
         qi, ki = q.clone(), k.clone()  # rotated in place over and over (a rotation keeps norms)
         cands = {
             "clone_q_k": lambda q=q, k=k: (q.clone(), k.clone()),
+            "apply_qk": lambda q=q, k=k: rt.apply_qk(q, k, ids, cfg, axes="bshd"),
+            "two_apply": lambda q=q, k=k: (
+                rt.apply(q, ids, cfg, axes="bshd"),
+                rt.apply(k, ids, cfg, axes="bshd"),
+            ),
             "two_apply_original": lambda q=q, k=k: (
                 rt.apply(q, ids[:, None], cfg),
                 rt.apply(k, ids[:, None], cfg),
             ),
-            "two_apply_axes": lambda q=q, k=k: (
-                rt.apply(q, ids, cfg, axes="bshd"),
-                rt.apply(k, ids, cfg, axes="bshd"),
-            ),
-            "apply_qk": lambda q=q, k=k: rt.apply_qk(q, k, ids, cfg, axes="bshd"),
             "apply_qk_inplace": lambda q=qi, k=ki: rt.apply_qk(q, k, ids, cfg, axes="bshd", inplace=True),
+            "two_apply_inplace": lambda q=qi, k=ki: (
+                rt.apply(q, ids, cfg, axes="bshd", inplace=True),
+                rt.apply(k, ids, cfg, axes="bshd", inplace=True),
+            ),
         }
-        t = side_by_side(cands, rounds, dev, rotate=True)
+        if dev == "cpu":
+            cands["table_build"] = _table_build(q, ids, cfg)
+        if compiled:  # inductor fuses q's and k's rotations, tables included, into generated loops
+            fused = torch.compile(lambda a, b: rt.apply_qk(a, b, ids, cfg, axes="bshd"), fullgraph=True)
+            cands["apply_qk_compiled"] = lambda q=q, k=k, f=fused: f(q, k)
+        runs = [side_by_side(cands, rounds, dev, rotate=True) for _ in range(repeat)]
+        t = {name: statistics.median(r[name] for r in runs) for name in cands}
+        pairs = {  # candidate -> the two-call candidate with the same options
+            "apply_qk": "two_apply",
+            "apply_qk_inplace": "two_apply_inplace",
+        }
         for name, sec in t.items():
-            rows.append(
-                {
-                    "device": dev,
-                    "dtype": str(dtype).removeprefix("torch."),
-                    "case": f"gqa q+k Hq {hq} Hk {hk} D {d} S {s}",
-                    "impl": name,
-                    "ms": sec * 1e3,
-                    "x_clone_floor": sec / t["clone_q_k"],
-                    "two_original_over_this": t["two_apply_original"] / sec,
-                    "two_axes_over_this": t["two_apply_axes"] / sec,
-                }
-            )
+            row = {
+                "device": dev,
+                "dtype": str(dtype).removeprefix("torch."),
+                "case": f"gqa q+k Hq {hq} Hk {hk} D {d} S {s}",
+                "impl": name,
+                "ms": sec * 1e3,
+                "ms_lo": min(r[name] for r in runs) * 1e3,
+                "ms_hi": max(r[name] for r in runs) * 1e3,
+                "x_clone_floor": sec / t["clone_q_k"],
+            }
+            if name in pairs:
+                row["two_calls_over_fused"] = t[pairs[name]] / sec
+            if name == "apply_qk":
+                row["two_original_over_fused"] = t["two_apply_original"] / sec
+            rows.append(row)
     return rows
+
+
+def gqa_goals(rows: list[dict]) -> list[str]:
+    """One line per device and dtype: the issue's two CPU goals, met or not, with the ratios."""
+    lines = []
+    for r in rows:
+        if r["impl"] != "apply_qk":
+            continue
+        speed, floor = r["two_calls_over_fused"], r["x_clone_floor"]
+        lines.append(
+            f"{r['device']} {r['dtype']}: apply_qk {r['ms']:.3g} ms; two apply / apply_qk = {speed:.2f} "
+            f"(goal >= 1.5: {'met' if speed >= 1.5 else 'not met'}); apply_qk / clone = {floor:.2f} "
+            f"(goal <= 1.5: {'met' if floor <= 1.5 else 'not met'})"
+        )
+    return lines
 
 
 def print_table(rows: list[dict]) -> None:
@@ -280,6 +343,7 @@ def main() -> None:
     parser.add_argument("--cpu-compiled", action="store_true", help="also time torch.compile on CPU")
     parser.add_argument("--gqa-only", action="store_true", help="only the GQA q+k table")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--repeat", type=int, default=1, help="independent runs of the GQA table")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -290,11 +354,11 @@ def main() -> None:
         "load_average_before": os.getloadavg(),
     }
     rows = [] if args.gqa_only else cpu_bench(args.rounds, args.cpu_compiled)
-    gqa = gqa_bench(args.rounds)
+    gqa = gqa_bench(args.rounds, repeat=args.repeat, compiled=args.cpu_compiled)
     if not args.cpu_only and torch.cuda.is_available():
         if not args.gqa_only:
             rows += gpu_bench(args.rounds)
-        gqa += gqa_bench(args.rounds, "cuda")
+        gqa += gqa_bench(args.rounds, "cuda", repeat=args.repeat)
     elif not args.cpu_only:
         print("no CUDA device: GPU benchmark skipped")
     info["load_average_after"] = os.getloadavg()
@@ -302,6 +366,7 @@ def main() -> None:
     if rows:
         print_table(rows)
     print_table(gqa)
+    print("\n".join(gqa_goals(gqa)))
     rows += gqa
     if args.json:
         with open(args.json, "w") as fh:

@@ -377,12 +377,42 @@ def test_gradcheck(cfg):
     )
     t = make((6, 2, 8), seed=3).requires_grad_()
     cu = torch.tensor([0, 1, 4, 6])
+    for inverse in (False, True):
+        assert torch.autograd.gradcheck(
+            lambda a, inverse=inverse: rt.apply(
+                a,
+                None,
+                small,
+                axes="thd",
+                cu_seqlens=cu,
+                start_offsets=torch.tensor([2, 0, 7]),
+                inverse=inverse,
+                **kw,
+            ),
+            (t,),
+        )
+    # q/k with an offset per batch row, on transposed (bhsd) views
+    qt, kt = q.detach().transpose(1, 2).requires_grad_(), k.detach().transpose(1, 2).requires_grad_()
+    off = torch.tensor([4, 0])
     assert torch.autograd.gradcheck(
-        lambda a: rt.apply(
-            a, None, small, axes="thd", cu_seqlens=cu, start_offsets=torch.tensor([2, 0, 7]), **kw
-        ),
-        (t,),
+        lambda a, b: rt.apply_qk(a, b, None, small, axes="bhsd", offset=off, inverse=True, **kw), (qt, kt)
     )
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("cfg", CFGS, ids=["half", "interleaved-partial"])
+def test_qkv_gradient(cfg, inplace):
+    """d out / d qkv: the inverse rotation on the q and k heads, the identity (bit for bit) on V."""
+    qkv = make((2, 5, 4 + 2 * 2, 64), seed=15).requires_grad_()
+    g = make((2, 5, 8, 64), seed=16)
+    ids = torch.arange(10).reshape(2, 5) * 9
+    kw = dict(axes="bshd", num_heads_q=4, num_heads_kv=2, angle_dtype=F64)
+    src = qkv.clone() if inplace else qkv
+    out = rt.apply_qkv(src, ids, cfg, inplace=inplace, **kw)
+    (grad,) = torch.autograd.grad(out, qkv, g)
+    assert torch.equal(grad[:, :, 6:], g[:, :, 6:])
+    back = rt.apply(g[:, :, :6], ids, cfg, axes="bshd", inverse=True, angle_dtype=F64)
+    torch.testing.assert_close(grad[:, :, :6], back, rtol=0, atol=1e-13)
 
 
 def test_compile_fullgraph():
@@ -435,6 +465,32 @@ def test_compile_fullgraph():
         (lambda x, t: rt.apply(x, None, CFGS[0], axes="bshd", offset=torch.tensor([1.0, 2.0])), "offset"),
         (lambda x, t: rt.apply_qkv(x, 0, CFGS[0], axes="bshd", num_heads_q=2, num_heads_kv=2), "num_heads"),
         (
+            lambda x, t: rt.apply_qkv(x, 0, CFGS[0], axes="bshd", num_heads_q=3, num_heads_kv=0),
+            "num_heads_kv",
+        ),
+        (
+            lambda x, t: rt.apply_qkv(
+                torch.cat((x, x[:, :, :3]), 2), 0, CFGS[0], axes="bshd", num_heads_q=3, num_heads_kv=2
+            ),
+            "num_heads_kv",
+        ),
+        (lambda x, t: rt.apply_qk(x, x, 0, CFGS[0], axes="thd"), "axes"),
+        (lambda x, t: rt.apply_qkv(t, 0, CFGS[0], axes="bshd", num_heads_q=2, num_heads_kv=0), "axes"),
+        (lambda x, t: rt.apply_qk(x, x[:, :, :3], 0, CFGS[0], axes="bshd"), "k heads"),
+        (
+            lambda x, t: rt.apply(t, None, CFGS[0], axes="thd", cu_seqlens=torch.tensor([0, 5, 9, 9, 4])),
+            "cu_seqlens",
+        ),
+        (
+            lambda x, t: rt.apply(
+                t, None, CFGS[0], axes="thd", cu_seqlens=[0, 4, 9], start_offsets=[1, 2, 3]
+            ),
+            "start_offsets",
+        ),
+        (lambda x, t: rt.apply(x, None, CFGS[0], axes="bshd", offset=True), "offset"),
+        (lambda x, t: rt.apply(x, None, CFGS[0], axes="bshd", offset=torch.tensor([1, 2, 3])), "offset"),
+        (lambda x, t: rt.apply(x, None, CFGS[0], axes="bshd", cu_seqlens=torch.tensor([0, 5])), "cu_seqlens"),
+        (
             lambda x, t: rt.apply(
                 t,
                 None,
@@ -460,15 +516,59 @@ def test_bad_input(call, name):
 @pytest.mark.parametrize("cfg", CFGS, ids=["half", "interleaved-partial"])
 @pytest.mark.parametrize("inplace", [False, True])
 def test_blocked_kernels_match_original(dtype, cfg, inplace):
-    """Several 4 MiB blocks, a transposed view: bit for bit the original ``apply``'s kernel."""
+    """Several 4 MiB blocks, a transposed view: bit for bit the original kernel (``_torch_core``'s eager
+    rotation, with its mixed-dtype passes for float16/bfloat16), for the new and the original call."""
+    from rope_ref.backends import _torch_core as core
+
     x = make((1, 8, 2100, 64), dtype, seed=12).transpose(1, 2)  # bshd view of a bhsd buffer
     pos = torch.arange(2100) * 3
-    want = rt.apply(x, pos[:, None], cfg)  # the original call and kernel
+    inv, factor = core.freq_table(cfg, None, torch.float32, x.device)
+    cos, sin = core.expand_tables(*core.angle_tables(pos[:, None], inv, factor), x.ndim)
+    compute = core.resolve_compute_dtype(None, dtype)
+    want = core._rotate_eager(x, cos, sin, cfg.layout, cfg.rotary_dim, compute)
+    assert torch.equal(rt.apply(x, pos[:, None], cfg), want)  # the original call
     work = x.clone() if inplace else x
     got = rt.apply(work, pos, cfg, axes="bshd", inplace=inplace)
     assert torch.equal(got, want)
     if inplace:
         assert got is work
+
+
+def test_module_and_rotate_share_the_blocked_kernel():
+    """``RotaryEmbedding`` and ``rotate`` give the blocked kernel's bits, in bf16 (float32 arithmetic)."""
+    cfg = CFGS[0]
+    x = make((2, 300, 4, 64), torch.bfloat16, seed=13)
+    pos = torch.arange(300)[:, None]
+    want = rt.apply(x, pos, cfg)
+    assert torch.equal(rt.RotaryEmbedding(cfg)(x, pos), want)
+    cos, sin = rt.RotaryEmbedding(cfg).tables(pos)
+    assert torch.equal(rt.rotate(x, cos, sin, layout="half"), want)
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.bfloat16])
+def test_neighbouring_q_and_k_rotate_as_one_view(dtype, monkeypatch):
+    """q and k of one packed buffer (and apply_qkv's output) go through the kernel as one view."""
+    from rope_ref.backends import _torch_kernels as tk
+
+    seen = []
+    real = tk.rotate_blocked
+    monkeypatch.setattr(tk, "rotate_blocked", lambda x, out, *a: seen.append(x.shape[2]) or real(x, out, *a))
+    cfg = CFGS[1]
+    qkv = make((2, 5, 8 + 2 * 2, 64), dtype, seed=14)
+    pos = torch.arange(10).reshape(2, 5)
+    q, k = qkv[:, :, :8].clone(), qkv[:, :, 8:10].clone()  # separate tensors: one pass each
+    qr, kr = rt.apply_qk(q, k, pos, cfg, axes="bshd")
+    assert seen == [8, 2]
+    want = torch.cat((qr, kr, qkv[:, :, 10:]), dim=2)
+    kw = dict(axes="bshd", num_heads_q=8, num_heads_kv=2)
+    got = rt.apply_qkv(qkv, pos, cfg, **kw)
+    assert torch.equal(got, want) and seen == [8, 2, 10]
+    work = qkv.clone()
+    assert rt.apply_qkv(work, pos, cfg, inplace=True, **kw) is work
+    assert torch.equal(work, want) and seen == [8, 2, 10, 10]
+    native = rt.apply_qkv(qkv, pos, cfg, autograd="native", **kw)  # the reference path
+    assert seen == [8, 2, 10, 10]
+    torch.testing.assert_close(native, want)
 
 
 # -- q and k in one Triton launch (Triton's interpreter on CPU) --------
