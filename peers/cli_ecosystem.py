@@ -152,11 +152,17 @@ def run_peer(name: str, precision: str, cases, *, timeout: float = 60.0) -> dict
 
 
 def _max_position(case) -> float | None:
-    """Largest |position| among a case's position inputs (``None`` when it has none)."""
+    """Largest |position| among a case's position inputs (``None`` when it has none); for the kernel-shape
+    operations, of the ids its ids / offset / cu_seqlens stand for."""
     import numpy as np
 
     if case is None:
         return None
+    from rope_ref.conformance.kernel_shapes import ACTIVATIONS, KERNEL_OPS, placed_positions
+
+    if case.op in KERNEL_OPS:  # positions given as ids, an offset or cu_seqlens: the ids they stand for
+        main = case.inputs[ACTIVATIONS[case.op][0]]
+        return float(np.abs(placed_positions(case.inputs, case.params, np.shape(main))).max())
     values = [
         np.abs(np.asarray(v, dtype=np.float64)).max() for k, v in case.inputs.items() if "position" in k
     ]

@@ -57,6 +57,7 @@ import numpy as np
 from rope_ref.conformance.protocol import PrecisionPolicy
 
 from ._glue import OPS, Peer, Unsupported, integer_positions, tokens
+from ._kernel_glue import _Positions, _positions
 
 __all__ = ["GpuPeer", "make_backend", "available", "KERNEL_SUPPORT"]
 
@@ -120,85 +121,6 @@ def available(library: str = "flash-attn", **_: Any) -> tuple[bool, str]:
     except Exception as exc:  # noqa: BLE001 - a broken CUDA extension raises more than ImportError
         return False, f"{_IMPORT[library][1]} is not importable ({type(exc).__name__}: {exc})"
     return True, ""
-
-
-# -- positions in the kernels' terms -------------------------------------------------------------------------
-
-
-def _host(value: Any) -> Any:
-    """A positions argument as NumPy (a Python int stays an int; torch tensors are read back)."""
-    if value is None or isinstance(value, (int, np.integer)):
-        return value
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
-@dataclass
-class _Positions:
-    """A case's positions: ``grid`` the ids over ``(B, S)`` (axes with b and s) or ``(T,)`` (thd); ``cu``
-    and ``starts`` when given as ``cu_seqlens`` (thd), ``offset`` (int or ``(B,)``) when given as an offset;
-    ``seq_len`` what a length-dependent scaling resolves from the forward ids."""
-
-    grid: np.ndarray
-    cu: np.ndarray | None = None
-    starts: Any = None
-    offset: Any = None
-    max_seqlen: int | None = None
-    seq_len: int | None = None
-
-
-def _positions(axes, shape, cfg, peer, positions, offset, cu_seqlens, start_offsets, max_seqlen, seq_len):
-    from rope_ref.frequencies import resolve_seq_len
-
-    given = [
-        n
-        for n, v in (("positions", positions), ("offset", offset), ("cu_seqlens", cu_seqlens))
-        if v is not None
-    ]
-    if len(given) != 1:
-        raise ValueError(f"give exactly one of positions, offset, cu_seqlens (got {given or 'none'})")
-    positions, offset, cu_seqlens, start_offsets = map(_host, (positions, offset, cu_seqlens, start_offsets))
-    p = _Positions(np.zeros(0))
-    if axes == "thd":
-        n_tok = shape[0]
-        if offset is not None:
-            raise ValueError("offset needs axes with b and s; thd takes positions or cu_seqlens")
-        if positions is not None:
-            p.grid = np.asarray(positions).reshape(n_tok)
-        else:
-            cu = np.asarray(cu_seqlens)
-            if cu.ndim != 1 or cu.size < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0) or cu[-1] != n_tok:
-                raise ValueError(
-                    f"cu_seqlens must start at 0, not decrease and end at the token count {n_tok}, got {cu}"
-                )
-            cu = integer_positions(cu, peer)
-            n_seq = cu.size - 1
-            starts = 0 if start_offsets is None else start_offsets
-            if np.ndim(starts) not in (0, 1) or (np.ndim(starts) == 1 and np.size(starts) != n_seq):
-                raise ValueError(f"start_offsets must be an int or one per sequence ({n_seq}), got {starts}")
-            starts = integer_positions(np.broadcast_to(np.asarray(starts), (n_seq,)), peer)
-            lengths = np.diff(cu)
-            p.grid = np.repeat(starts - cu[:-1], lengths) + np.arange(n_tok)
-            p.cu, p.max_seqlen = cu, int(max_seqlen if max_seqlen is not None else lengths.max(initial=0))
-            p.starts = (
-                int(start_offsets) if np.ndim(start_offsets) == 0 and start_offsets is not None else starts
-            )
-    else:
-        if cu_seqlens is not None:
-            raise ValueError(f"cu_seqlens needs axes thd, not {axes!r}")
-        b, s = shape[axes.index("b")], shape[axes.index("s")]
-        if positions is not None:
-            p.grid = np.broadcast_to(np.asarray(positions), (b, s))
-        else:
-            off = np.asarray(offset)
-            if np.ndim(off) not in (0, 1) or (off.ndim == 1 and off.size != b):
-                raise ValueError(f"offset must be an int or one per batch row ({b}), got {offset}")
-            off = integer_positions(np.broadcast_to(off, (b,)), peer)
-            p.grid = off[:, None] + np.arange(s)
-            p.offset = int(offset) if np.ndim(offset) == 0 else off
-    p.seq_len = resolve_seq_len(np.asarray(p.grid, dtype=np.float64), cfg, seq_len)
-    return p
 
 
 @dataclass

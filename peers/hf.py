@@ -13,6 +13,16 @@ What is called (transformers 5.x, ``src/transformers/``):
 Precision (read from those functions): inverse frequencies and angles in float32
 (``position_ids.float() * inv_freq.float()``), cos/sin rounded to the activation dtype, the rotation in
 the activation dtype. The float64 policy is therefore io float64 with float32 angles.
+
+Kernel shapes (issue 16): ``apply_qk`` is one ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=...)``
+call with cos/sin from the rotary module at HF ``(B, S)`` position_ids (an offset becomes
+``offset + arange(S)``, ``cu_seqlens`` per-token ids of one ``(1, T)`` row); ``unsqueeze_dim=1`` for
+``bhsd``, ``2`` for ``bshd`` (``sbhd`` as a permuted ``bshd`` view, ``thd`` as ``(1, T, H, D)``); q and k
+may have different head counts (the cos/sin broadcast over heads, as in GQA models). ``apply_axes`` is the
+same call with ``k = q``. GPT-J: its ``apply_rotary_pos_emb(tensor, sin, cos)`` on ``bshd`` views. The
+inverse rotation passes ``-sin``. No packed-qkv call; out of place.
+
+:class:`KernelShapes` is the mixin the CPU peers share for these operations.
 """
 
 from __future__ import annotations
@@ -24,8 +34,12 @@ import numpy as np
 from rope_ref.conformance.protocol import PrecisionPolicy
 
 from ._glue import OPS, Peer, Unsupported, config_key, emulated_length, integer_positions, tokens
+from ._kernel_glue import _TO_BSHD, _TO_BSHD_OR_BHSD, KernelShapes
 
 __all__ = ["HFPeer", "make_backend", "available", "FAMILIES"]
+
+_AXES = ("bshd", "bhsd", "sbhd", "thd")
+
 
 # family -> (module, config class, rotary class, layout, partial rotary allowed, scalings allowed)
 FAMILIES: dict[str, tuple[str, str, str, str, bool, bool]] = {
@@ -45,8 +59,12 @@ def available(family: str = "llama", **_: Any) -> tuple[bool, str]:
     return True, ""
 
 
-class HFPeer(Peer):
+class HFPeer(KernelShapes, Peer):
     """One HF model family's RoPE, driven through its own modules and functions."""
+
+    kernel_cannot = {
+        "apply_qkv": "transformers' apply_rotary_pos_emb takes q and k (models split a packed qkv first)"
+    }
 
     distribution = "transformers"
     precisions = ("fp64", "fp32", "fp16", "bf16")
@@ -201,6 +219,50 @@ class HFPeer(Peer):
         k = cfg.rotary_dim // 2
         shape = p.shape + (k,)
         return cos[0, :, :k].reshape(shape), sin[0, :, :k].reshape(shape)
+
+    # -- the shapes real kernels see (issue 16) ------------------------------------------------------
+    def _k_axes(self, x, cfg, axes, p, inverse):
+        if self.family == "gptj":
+            return self._gptj_axes(x, cfg, axes, p, inverse)
+        return self._k_qk(x, None, cfg, axes, p, inverse)[0]
+
+    def _k_qk(self, q, k, cfg, axes, p, inverse):
+        import torch
+
+        if self.family == "gptj":
+            return super()._k_qk(q, k, cfg, axes, p, inverse)
+        self._check(cfg)
+        to, back = _TO_BSHD_OR_BHSD[axes]
+        qv = to(q)
+        kv = qv if k is None else to(k)
+        grid = p.grid if p.grid.ndim == 2 else p.grid[None]
+        rope_type = cfg.scaling.to_hf()["rope_type"] if cfg.scaling is not None else "default"
+        longer = p.seq_len is not None and p.seq_len != int(grid.max()) + 1
+        if rope_type in ("dynamic", "longrope") and longer:
+            cos, sin = self._tables(qv, grid.reshape(-1), cfg, p.seq_len)  # a longer prefill, emulated
+            cos, sin = cos.reshape(*grid.shape, -1), sin.reshape(*grid.shape, -1)
+        else:
+            cos, sin = self._module(cfg)(qv, torch.from_numpy(np.array(grid)))  # (B, S, rotary_dim)
+        if inverse:
+            sin = -sin
+        unsqueeze = 1 if axes == "bhsd" else 2
+        qo, ko = self._mod.apply_rotary_pos_emb(qv, kv, cos, sin, unsqueeze_dim=unsqueeze)
+        return back(qo), back(ko)
+
+    def _gptj_axes(self, x, cfg, axes, p, inverse):
+        import torch
+
+        self._check(cfg)
+        to, back = _TO_BSHD[axes]
+        xv = to(x)  # GPTJAttention's (B, S, H, D)
+        grid = p.grid if p.grid.ndim == 2 else p.grid[None]
+        cos, sin = self._tables(xv, grid.reshape(-1), cfg)
+        cos, sin = cos.reshape(*grid.shape, -1), sin.reshape(*grid.shape, -1)
+        if inverse:
+            sin = -sin
+        r = cfg.rotary_dim
+        y = torch.cat([self._mod.apply_rotary_pos_emb(xv[..., :r], sin, cos), xv[..., r:]], dim=-1)
+        return back(y)
 
 
 def make_backend(precision: str | None = None, family: str = "llama") -> HFPeer:

@@ -16,6 +16,15 @@ sequence length it would in a real prefill) or, past the size cap, one decode ca
 ``1 / module._freqs`` where the module keeps one (Llama3, YaRN, LongRoPE), its attention factor
 ``YarnRoPE.mscale`` / ``SuScaledRoPE._scale``.
 
+Kernel shapes (issue 16): ``apply_axes`` calls the rope on ``x`` laid out ``(B, H, S, D)`` (the sequence
+second to last, as mlx-lm's attention does; ``bshd`` / ``sbhd`` as transposed views) with the case's
+offset: an int, or for ``mlx`` a ``(B,)`` array of per-row offsets (``mx.fast.rope`` takes one offset per
+batch row; ``mlx-lm``'s modules take an int, so per-row offsets are one call per row). ``(B, S)`` ids go
+as offsets when each row counts up by one from its start (else unsupported: the library builds
+``offset + arange``). ``thd``: one call per ``cu_seqlens`` sequence (or run of consecutive ids) with its
+start as the offset, on the ``(H, L, D)`` view. ``apply_qk``: the rope on q and on k. Inverse: ``mlx``
+passes ``scale=-scale`` (positions times -1); ``mlx-lm`` modules have no inverse. No packed qkv.
+
 Precision: mlx's rope kernel evaluates angles and the rotation in float32 and rounds once to the
 activation dtype; mlx has no float64 on its rope path.
 """
@@ -28,6 +37,7 @@ import numpy as np
 from rope_ref.conformance.protocol import PrecisionPolicy
 
 from ._glue import OPS, Peer, Unsupported, config_key, emulated_length, prefill_plan, probe_cos_sin, tokens
+from ._kernel_glue import KernelShapes, offset_rows, runs
 
 __all__ = ["MlxPeer", "make_backend", "available"]
 
@@ -44,8 +54,9 @@ def available(flavour: str = "mlx", **_: Any) -> tuple[bool, str]:
     return True, ""
 
 
-class MlxPeer(Peer):
+class MlxPeer(KernelShapes, Peer):
     precisions = ("fp32", "fp16", "bf16")
+    kernel_cannot = {"apply_qkv": "mlx's rope takes one tensor (no packed-qkv call)"}
 
     def __init__(self, flavour: str = "mlx", precision: str | None = None) -> None:
         self.flavour = flavour
@@ -200,6 +211,59 @@ class MlxPeer(Peer):
 
         cos, sin = probe_cos_sin(rotate, flat.size, cfg)
         return cos.reshape(p.shape + (k,)), sin.reshape(p.shape + (k,))
+
+    # -- the shapes real kernels see (issue 16) ------------------------------------------------------
+    def _kernel_rope(self, cfg, inverse: bool):
+        """``callable(x, offset)``: the library's rope; for the inverse, ``mx.fast.rope`` at ``-scale``."""
+        rope = self._rope(cfg)  # Unsupported for scalings the library lacks
+        if not inverse:
+            return rope
+        if self.flavour != "mlx":
+            raise Unsupported("mlx-lm's rope modules have no inverse rotation (no scale or sign argument)")
+        import mlx.core as mx
+
+        s = cfg.scaling.to_hf() if cfg.scaling is not None else {"rope_type": "default"}
+        scale = 1.0 / float(s["factor"]) if s["rope_type"] == "linear" else 1.0
+
+        def inverse_rope(x, offset=0):
+            return mx.fast.rope(
+                x,
+                cfg.rotary_dim,
+                traditional=cfg.layout == "interleaved",
+                base=float(cfg.base),
+                scale=-scale,
+                offset=offset,
+            )
+
+        return inverse_rope
+
+    def _k_axes(self, x, cfg, axes, p, inverse):
+        import mlx.core as mx
+
+        rope = self._kernel_rope(cfg, inverse)
+        if axes == "thd":  # one call per sequence on its (H, L, D) view, offset = its first position
+            parts = [
+                rope(x[a:b].transpose(1, 0, 2), offset=st).transpose(1, 0, 2)
+                for a, b, st in runs(p, self.peer)
+            ]
+            return mx.concatenate(parts, axis=0) if parts else x
+        to, back = _TO_BHSD[axes]
+        xv = to(x)  # (B, H, S, D)
+        starts = offset_rows(p.grid, self.peer)
+        if starts.size == 0 or np.all(starts == starts[0]):
+            return back(rope(xv, offset=int(starts[0]) if starts.size else 0))
+        if self.flavour == "mlx":
+            return back(rope(xv, offset=mx.array(starts.astype(np.int32))))
+        rows = [rope(xv[b : b + 1], offset=int(st)) for b, st in enumerate(starts)]
+        return back(mx.concatenate(rows, axis=0))
+
+
+#: axes -> (to a (B, H, S, D) view, back)
+_TO_BHSD = {
+    "bhsd": (lambda t: t, lambda t: t),
+    "bshd": (lambda t: t.transpose(0, 2, 1, 3), lambda t: t.transpose(0, 2, 1, 3)),
+    "sbhd": (lambda t: t.transpose(1, 2, 0, 3), lambda t: t.transpose(2, 0, 1, 3)),
+}
 
 
 def make_backend(precision: str | None = None, flavour: str = "mlx") -> MlxPeer:

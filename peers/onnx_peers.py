@@ -15,6 +15,14 @@ ONNX has no frequency operation: the cos/sin caches are *inputs*. The adapter fi
 oracle (``rope_ref.cos_sin`` in float64, rounded to the op's dtype T), one row per distinct position,
 with ``position_ids`` indexing those rows. Passes of ``apply`` therefore check the op's gather, layout,
 partial rotary and arithmetic, never its tables: they are marked "tables from the oracle".
+
+Kernel shapes (issue 16): ``apply_axes`` is one node on the case's own layout: ``bhsd`` as the op's 4D
+``(B, H, S, D)`` input, ``bshd`` (and ``sbhd`` transposed, ``thd`` as one batch row) as its 3D
+``(B, S, H * D)`` input with ``num_heads=H``; ``position_ids`` the case's ``(B, S)`` ids (an offset becomes
+``offset + arange(S)``, except that the contrib op takes a scalar offset natively as a one-element
+``position_ids``; ``cu_seqlens`` per-token ids), indexing an oracle cos/sin cache of ``max(id) + 1`` rows
+(``-sin`` for the inverse). ``apply_qk``: the node on q and on k (an exported model's two nodes). No
+packed-qkv form; out of place. Tables from the oracle, as for ``apply``.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ from typing import Any
 import numpy as np
 from rope_ref.conformance.protocol import PrecisionPolicy
 
-from ._glue import OPS, Peer, tokens
+from ._glue import OPS, Peer, integer_positions, tokens
+from ._kernel_glue import KernelShapes
 
 __all__ = ["OnnxPeer", "make_backend", "available"]
 
@@ -51,10 +60,11 @@ def _np_dtype(io: str):
     return np.dtype(io)
 
 
-class OnnxPeer(Peer):
+class OnnxPeer(KernelShapes, Peer):
     """One-node ONNX models of the rotary op; tables from the oracle."""
 
-    oracle_tables = frozenset({"apply"})
+    oracle_tables = frozenset({"apply", "apply_axes", "apply_qk", "round_trip"})
+    kernel_cannot = {"apply_qkv": "ONNX RotaryEmbedding takes one tensor (no packed-qkv form)"}
     cannot = {
         "inv_freq": _NO_TABLES,
         "attention_factor": _NO_TABLES,
@@ -174,6 +184,92 @@ class OnnxPeer(Peer):
         }
         out = self._run((d, rd, cfg.layout == "interleaved"), feeds)
         return np.asarray(out).reshape(*lead, d)
+
+    # -- the shapes real kernels see (issue 16) ------------------------------------------------------
+    def _kernel_model(self, d: int, rotary_dim: int, interleaved: bool, rank: int, heads: int, pos_rank: int):
+        import onnx
+        from onnx import TensorProto, helper
+
+        t = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}[
+            self.io
+        ]
+        shape = ["B", heads, "S", d] if rank == 4 else ["B", "S", heads * d]
+        attrs: dict[str, int] = {
+            "interleaved": int(interleaved),
+            "rotary_embedding_dim": 0 if rotary_dim == d else rotary_dim,
+        }
+        if (
+            rank == 3 or self.flavour == "onnxruntime:contrib"
+        ):  # the contrib kernel wants it with a 4D input too
+            attrs["num_heads"] = heads
+        pos = helper.make_tensor_value_info("pos", TensorProto.INT64, [1] if pos_rank == 1 else ["B", "S"])
+        caches = [helper.make_tensor_value_info(n, t, ["U", rotary_dim // 2]) for n in ("cos", "sin")]
+        x = helper.make_tensor_value_info("X", t, shape)
+        if self.flavour == "onnxruntime:contrib":
+            node = helper.make_node(
+                "RotaryEmbedding", ["X", "pos", "cos", "sin"], ["Y"], domain="com.microsoft", **attrs
+            )
+            opsets = [helper.make_opsetid("", 23), helper.make_opsetid("com.microsoft", 1)]
+        else:
+            node = helper.make_node("RotaryEmbedding", ["X", "cos", "sin", "pos"], ["Y"], **attrs)
+            opsets = [helper.make_opsetid("", 23)]
+        graph = helper.make_graph(
+            [node], "rope", [x, pos, *caches], [helper.make_tensor_value_info("Y", t, shape)]
+        )
+        model = helper.make_model(graph, opset_imports=opsets)
+        model.ir_version = 10
+        if self.flavour != "onnxruntime:contrib":
+            onnx.checker.check_model(model)
+        return model
+
+    def _k_axes(self, x, cfg, axes, p, inverse):
+        import rope_ref
+
+        d, rd = cfg.head_dim, cfg.rotary_dim
+        a = np.asarray(x)
+        grid = p.grid if p.grid.ndim == 2 else p.grid[None]
+        ids = integer_positions(grid, self.peer)
+        if axes == "bhsd":
+            feed, rank, heads = a, 4, a.shape[1]
+        else:
+            bshd = a if axes == "bshd" else a.transpose(1, 0, 2, 3) if axes == "sbhd" else a[None]
+            feed, rank, heads = bshd.reshape(bshd.shape[0], bshd.shape[1], -1), 3, bshd.shape[2]
+        scalar = self.flavour == "onnxruntime:contrib" and isinstance(p.offset, int)
+        pos = np.array([p.offset], dtype=np.int64) if scalar else ids.astype(np.int64)
+        rows = int(ids.max()) + 1 if ids.size else 1
+        cos, sin = rope_ref.cos_sin(np.arange(rows, dtype=np.float64), cfg, seq_len=p.seq_len)
+        if (
+            cos.shape[0] < grid.shape[1]
+        ):  # ORT wants at least seq_len cache rows; the padding is never indexed
+            pad = np.ones((grid.shape[1] - cos.shape[0], cos.shape[1]))
+            cos, sin = np.concatenate([cos, pad]), np.concatenate([sin, 0 * pad])
+        dt = _np_dtype(self.io)
+        feeds = {
+            "X": np.ascontiguousarray(feed),
+            "cos": np.ascontiguousarray(cos.astype(dt)),
+            "sin": np.ascontiguousarray((-sin if inverse else sin).astype(dt)),
+            "pos": pos,
+        }
+        key = ("kernel", d, rd, cfg.layout == "interleaved", rank, heads, pos.ndim)
+        if key not in self._sessions:
+            model = self._kernel_model(*key[1:])
+            if self.flavour == "onnx-reference":
+                from onnx.reference import ReferenceEvaluator
+
+                self._sessions[key] = ReferenceEvaluator(model)
+            else:
+                import onnxruntime as ort
+
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads = 1
+                self._sessions[key] = ort.InferenceSession(
+                    model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+                )
+        y = np.asarray(self._sessions[key].run(None, feeds)[0])
+        if axes == "bhsd":
+            return y
+        y = y.reshape(y.shape[0], y.shape[1], heads, d)
+        return y if axes == "bshd" else y.transpose(1, 0, 2, 3) if axes == "sbhd" else y[0]
 
 
 def make_backend(precision: str | None = None, flavour: str = "onnxruntime") -> OnnxPeer:

@@ -15,6 +15,13 @@ The library pairs channels ``(2i, 2i+1)`` only; half-layout cases are run throug
 ``convert_llama_weights_to_hf.permute`` channel order (``_glue.layout_permutation``). Scalings it has:
 linear (``interpolate_factor``, positions divided by the factor) and static NTK (``theta_rescale_factor``).
 
+Kernel shapes (issue 16): ``apply_axes`` is ``rotate_queries_or_keys(t, seq_dim=..., offset=...)`` on the
+case's own layout: ``bhsd`` with ``seq_dim=-2`` (the default), ``bshd`` with ``seq_dim=-3``, ``sbhd`` as a
+permuted ``bshd`` view; the offset is an int, so per-row offsets (and ``(B, S)`` ids counting up by one
+from a per-row start) are one call per row; ``thd`` is one call per ``cu_seqlens`` sequence (or run of
+consecutive ids) on its ``(L, H, D)`` slice with ``seq_dim=-3``. Half layout through the same channel
+order. ``apply_qk``: the call on q and on k. No inverse rotation, no packed qkv.
+
 Precision: positions in the activation dtype (``get_seq_pos``), angles and cos/sin in float32
 (``freqs`` is float32), the rotation in float32 (``t * freqs.cos()`` promotes), one rounding to the
 activation dtype at the end (``out.type(dtype)``).
@@ -37,6 +44,7 @@ from ._glue import (
     probe_cos_sin,
     tokens,
 )
+from ._kernel_glue import _TO_BSHD, KernelShapes, offset_rows, runs
 
 __all__ = ["RotaryEmbeddingTorchPeer", "make_backend", "available"]
 
@@ -49,7 +57,7 @@ def available(**_: Any) -> tuple[bool, str]:
     return True, ""
 
 
-class RotaryEmbeddingTorchPeer(Peer):
+class RotaryEmbeddingTorchPeer(KernelShapes, Peer):
     peer = "rotary-embedding-torch"
     distribution = "rotary-embedding-torch"
     precisions = ("fp64", "fp32", "fp16", "bf16")
@@ -60,6 +68,8 @@ class RotaryEmbeddingTorchPeer(Peer):
         "fractional: forward() + apply_rotary_emb",
         "cos/sin read with unit-vector probes",
     )
+
+    kernel_cannot = {"apply_qkv": "rotate_queries_or_keys takes one tensor (no packed-qkv call)"}
 
     def __init__(self, precision: str | None = None) -> None:
         self._modules: dict[str, Any] = {}
@@ -144,6 +154,36 @@ class RotaryEmbeddingTorchPeer(Peer):
 
         cos, sin = probe_cos_sin(rotate, flat.size, cfg)
         return cos.reshape(p.shape + (k,)), sin.reshape(p.shape + (k,))
+
+    # -- the shapes real kernels see (issue 16) ------------------------------------------------------
+    def _k_axes(self, x, cfg, axes, p, inverse):
+        import torch
+
+        if inverse:
+            raise Unsupported(
+                "rotate_queries_or_keys has no inverse rotation (no sign or conjugate argument)"
+            )
+        rope = self._module(cfg)
+        half = cfg.layout == "half"
+        perm = layout_permutation(cfg.rotary_dim, cfg.head_dim) if half else None
+
+        def rotate(t, seq_dim: int, offset: int):
+            if half:
+                return rope.rotate_queries_or_keys(t[..., perm], seq_dim=seq_dim, offset=offset)[
+                    ..., np.argsort(perm)
+                ]
+            return rope.rotate_queries_or_keys(t, seq_dim=seq_dim, offset=offset)
+
+        if axes == "thd":  # one call per sequence, offset = its first position
+            parts = [rotate(x[a:b], -3, st) for a, b, st in runs(p, self.peer)]
+            return torch.cat(parts, 0) if parts else x.clone()
+        seq_dim = -2 if axes == "bhsd" else -3
+        to, back = (lambda t: t, lambda t: t) if axes == "bhsd" else _TO_BSHD[axes]
+        xv = to(x)
+        starts = offset_rows(p.grid, self.peer)
+        if starts.size == 0 or np.all(starts == starts[0]):
+            return back(rotate(xv, seq_dim, int(starts[0]) if starts.size else 0))
+        return back(torch.cat([rotate(xv[b : b + 1], seq_dim, int(st)) for b, st in enumerate(starts)], 0))
 
 
 def make_backend(precision: str | None = None) -> RotaryEmbeddingTorchPeer:

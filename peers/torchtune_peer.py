@@ -13,6 +13,11 @@ torch, so when the package import fails they are loaded from the installed distr
 Precision: ``theta`` and the cache in float32 (``arange(max_seq_len, dtype=theta.dtype)``), the rotation
 in float32 (``x.float()``), one rounding to the activation dtype (``type_as``). The cache holds
 ``max_seq_len`` rows; the adapter sizes it to the case (up to 2^20 rows).
+
+Kernel shapes (issue 16): ``apply_axes`` is ``module(x, input_pos=ids)`` with ``x`` a ``(B, S, H, D)``
+view (``bhsd`` and ``sbhd`` permuted, ``thd`` as ``(1, T, H, D)``) and HF-style ``(B, S)`` ids (an offset
+becomes ``offset + arange(S)``, ``cu_seqlens`` per-token ids); ``apply_qk`` calls it on q and on k, as
+torchtune's ``MultiHeadAttention`` does. No inverse rotation (the cache holds ``+sin``), no packed qkv.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 from rope_ref.conformance.protocol import PrecisionPolicy
 
 from ._glue import OPS, Peer, Unsupported, integer_positions, layout_permutation, tokens
+from ._kernel_glue import _TO_BSHD, KernelShapes
 
 __all__ = ["TorchtunePeer", "make_backend", "available"]
 
@@ -62,7 +68,7 @@ def available(**_: Any) -> tuple[bool, str]:
     return True, ""
 
 
-class TorchtunePeer(Peer):
+class TorchtunePeer(KernelShapes, Peer):
     peer = "torchtune"
     distribution = "torchtune"
     precisions = ("fp32", "fp16", "bf16")
@@ -72,6 +78,8 @@ class TorchtunePeer(Peer):
         "Llama3ScaledRoPE (llama3, half layout through HF's permute channel order)",
         "no partial rotary, no linear/NTK/dynamic/YaRN/LongRoPE; integer positions only",
     )
+
+    kernel_cannot = {"apply_qkv": "torchtune's RoPE modules rotate one tensor (no packed-qkv call)"}
 
     def __init__(self, precision: str | None = None) -> None:
         self._modules: dict[tuple, Any] = {}
@@ -146,6 +154,26 @@ class TorchtunePeer(Peer):
         else:  # [..., k, 2] = stack(cos, sin)
             cos, sin = rows[..., 0], rows[..., 1]
         return cos.reshape(p.shape + (k,)), sin.reshape(p.shape + (k,))
+
+    # -- the shapes real kernels see (issue 16) ------------------------------------------------------
+    def _k_axes(self, x, cfg, axes, p, inverse):
+        import torch
+
+        if inverse:
+            raise Unsupported("torchtune's RoPE modules have no inverse rotation (the cache holds +sin)")
+        grid = p.grid if p.grid.ndim == 2 else p.grid[None]
+        ids = integer_positions(grid, "torchtune (cache lookup by input_pos)")
+        module, cls = self._module(cfg, int(ids.max()) + 1 if ids.size else 1)
+        to, back = _TO_BSHD[axes]
+        xv = to(x)  # (B, S, H, D)
+        permute = cfg.layout == "half" and cls != "Phi3RotaryPositionalEmbeddings"
+        if permute:
+            perm = layout_permutation(cfg.head_dim, cfg.head_dim)
+            xv = xv[..., perm]
+        y = module(xv, input_pos=torch.from_numpy(np.ascontiguousarray(ids)))
+        if permute:
+            y = y[..., np.argsort(perm)]
+        return back(y)
 
 
 def make_backend(precision: str | None = None) -> TorchtunePeer:

@@ -225,3 +225,47 @@ def test_merge_refuses_rows_from_another_golden_set(tmp_path):
     args = parser.parse_args(["--merge", str(other), "--out", str(tmp_path / "page"), "-q"])
     assert cli.run(args) == 2
     assert not (tmp_path / "page").exists()
+
+
+KERNEL_SHAPE_PEERS = (
+    "hf:llama",
+    "hf:gptj",
+    "torchtune",
+    "mlx",
+    "mlx-lm",
+    "rotary-embedding-torch",
+    "onnxruntime",
+    "onnxruntime:contrib",
+    "onnx-reference",
+)
+
+
+@pytest.mark.parametrize("peer", KERNEL_SHAPE_PEERS)
+def test_cpu_peers_run_kernel_shapes_natively(peer, cases):
+    """Issue 16: the CPU peers whose libraries take these shapes run apply_axes / apply_qk through them (no
+    case "operation missing" except the packed qkv and in-place ones), and every failure is explained."""
+    ok, reason = peers.peer_status(peer)
+    if not ok:
+        pytest.skip(f"{peer}: {reason}")
+    kernel = [c for c in cases if c.op in ("apply_axes", "apply_qk", "apply_qkv", "round_trip")]
+    result = cli.run_peer(peer, "fp32", kernel)
+    assert not result["unexplained"], result["unexplained"]
+    assert result["counts"]["passed"] + result["counts"]["passed_oracle_tables"] >= 5, result["counts"]
+    missing = [r for r in result["unsupported_reasons"] if r.startswith("[operation]")]
+    allowed = ("in place", "packed-qkv", "packed qkv")
+    assert all(any(a in r for a in allowed) for r in missing), missing
+
+
+def test_rotary_embedding_torch_offset_reproducer_fails_today():
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("rotary_embedding_torch") is None:
+        pytest.skip("rotary-embedding-torch is not installed")
+    path = (
+        Path(findings_mod.FINDINGS_DIR).parent
+        / "reproducers"
+        / "rotary_embedding_torch_offset_half_positions.py"
+    )
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr

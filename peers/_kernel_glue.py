@@ -1,0 +1,247 @@
+"""The glue shared by the peers' kernel-shape operations (issue 16: ``apply_axes``, ``apply_qk``,
+``apply_qkv``): the positions of a call in the kernels' terms (an id grid, ``cu_seqlens`` and start
+offsets, or an offset), the argument checks, and helpers for libraries that build positions as
+``offset + arange`` or take one sequence per call. Used by the CPU peers and :mod:`gpu_peers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._glue import Unsupported, integer_positions
+
+__all__ = ["KernelShapes", "offset_rows", "runs"]
+
+_AXES = ("bshd", "bhsd", "sbhd", "thd")
+
+
+def _host(value: Any) -> Any:
+    """A positions argument as NumPy (a Python int stays an int; torch tensors are read back)."""
+    if value is None or isinstance(value, (int, np.integer)):
+        return value
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+@dataclass
+class _Positions:
+    """A case's positions: ``grid`` the ids over ``(B, S)`` (axes with b and s) or ``(T,)`` (thd); ``cu``
+    and ``starts`` when given as ``cu_seqlens`` (thd), ``offset`` (int or ``(B,)``) when given as an offset;
+    ``seq_len`` what a length-dependent scaling resolves from the forward ids."""
+
+    grid: np.ndarray
+    cu: np.ndarray | None = None
+    starts: Any = None
+    offset: Any = None
+    max_seqlen: int | None = None
+    seq_len: int | None = None
+
+
+def _positions(axes, shape, cfg, peer, positions, offset, cu_seqlens, start_offsets, max_seqlen, seq_len):
+    from rope_ref.frequencies import resolve_seq_len
+
+    given = [
+        n
+        for n, v in (("positions", positions), ("offset", offset), ("cu_seqlens", cu_seqlens))
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of positions, offset, cu_seqlens (got {given or 'none'})")
+    positions, offset, cu_seqlens, start_offsets = map(_host, (positions, offset, cu_seqlens, start_offsets))
+    p = _Positions(np.zeros(0))
+    if axes == "thd":
+        n_tok = shape[0]
+        if offset is not None:
+            raise ValueError("offset needs axes with b and s; thd takes positions or cu_seqlens")
+        if positions is not None:
+            p.grid = np.asarray(positions).reshape(n_tok)
+        else:
+            cu = np.asarray(cu_seqlens)
+            if cu.ndim != 1 or cu.size < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0) or cu[-1] != n_tok:
+                raise ValueError(
+                    f"cu_seqlens must start at 0, not decrease and end at the token count {n_tok}, got {cu}"
+                )
+            cu = integer_positions(cu, peer)
+            n_seq = cu.size - 1
+            starts = 0 if start_offsets is None else start_offsets
+            if np.ndim(starts) not in (0, 1) or (np.ndim(starts) == 1 and np.size(starts) != n_seq):
+                raise ValueError(f"start_offsets must be an int or one per sequence ({n_seq}), got {starts}")
+            starts = integer_positions(np.broadcast_to(np.asarray(starts), (n_seq,)), peer)
+            lengths = np.diff(cu)
+            p.grid = np.repeat(starts - cu[:-1], lengths) + np.arange(n_tok)
+            p.cu, p.max_seqlen = cu, int(max_seqlen if max_seqlen is not None else lengths.max(initial=0))
+            p.starts = (
+                int(start_offsets) if np.ndim(start_offsets) == 0 and start_offsets is not None else starts
+            )
+    else:
+        if cu_seqlens is not None:
+            raise ValueError(f"cu_seqlens needs axes thd, not {axes!r}")
+        b, s = shape[axes.index("b")], shape[axes.index("s")]
+        if positions is not None:
+            p.grid = np.broadcast_to(np.asarray(positions), (b, s))
+        else:
+            off = np.asarray(offset)
+            if np.ndim(off) not in (0, 1) or (off.ndim == 1 and off.size != b):
+                raise ValueError(f"offset must be an int or one per batch row ({b}), got {offset}")
+            off = integer_positions(np.broadcast_to(off, (b,)), peer)
+            p.grid = off[:, None] + np.arange(s)
+            p.offset = int(offset) if np.ndim(offset) == 0 else off
+    p.seq_len = resolve_seq_len(np.asarray(p.grid, dtype=np.float64), cfg, seq_len)
+    return p
+
+
+class KernelShapes:
+    """Issue 16's ``apply_axes`` / ``apply_qk`` / ``apply_qkv`` for a CPU peer (out of place).
+
+    Checks the arguments, reads the positions (``gpu_peers._positions``: a ``(B, S)`` or ``(T,)`` id grid,
+    the offset, ``cu_seqlens`` and start offsets as given) and calls ``_k_axes(x, cfg, axes, p, inverse)``
+    and ``_k_qk(q, k, cfg, axes, p, inverse)`` (default: ``_k_axes`` on each). ``kernel_cannot`` maps an
+    operation the library has no call for to the reason (reported unsupported, reason "operation").
+    """
+
+    kernel_cannot: dict[str, str] = {}
+
+    def _kernel(self, op: str, main, axes: str, inplace: bool, cfg, forms: dict):
+        if op in self.kernel_cannot:
+            raise Unsupported(self.kernel_cannot[op], "operation")
+        if inplace:
+            raise Unsupported(f"{self.peer} rotates out of place", "operation")
+        if axes not in _AXES or len(axes) != len(main.shape):
+            raise ValueError(f"axes must be one of {_AXES} matching x.ndim={len(main.shape)}, got {axes!r}")
+        if main.shape[-1] != cfg.head_dim:
+            raise ValueError(f"last axis {main.shape[-1]} is not head_dim {cfg.head_dim}")
+        return _positions(axes, tuple(main.shape), cfg, self.peer, **forms)
+
+    def apply_axes(
+        self,
+        x,
+        cfg,
+        *,
+        axes,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        forms = dict(
+            positions=positions,
+            offset=offset,
+            cu_seqlens=cu_seqlens,
+            start_offsets=start_offsets,
+            max_seqlen=max_seqlen,
+            seq_len=seq_len,
+        )
+        p = self._kernel("apply_axes", x, axes, inplace, cfg, forms)
+        return self._k_axes(x, cfg, axes, p, bool(inverse))
+
+    def apply_qk(
+        self,
+        q,
+        k,
+        cfg,
+        *,
+        axes,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        forms = dict(
+            positions=positions,
+            offset=offset,
+            cu_seqlens=cu_seqlens,
+            start_offsets=start_offsets,
+            max_seqlen=max_seqlen,
+            seq_len=seq_len,
+        )
+        p = self._kernel("apply_qk", q, axes, inplace, cfg, forms)
+        h = axes.index("h")
+        qs, ks = tuple(q.shape), tuple(k.shape)
+        if len(ks) != len(qs) or any(qs[i] != ks[i] for i in range(len(qs)) if i != h):
+            raise ValueError(f"q {qs} and k {ks} differ outside the head axis")
+        if ks[h] == 0 or qs[h] % ks[h]:
+            raise ValueError(f"k's head count {ks[h]} must divide q's {qs[h]}")
+        return self._k_qk(q, k, cfg, axes, p, bool(inverse))
+
+    def apply_qkv(self, qkv, cfg, *, axes, num_heads_q, num_heads_kv, inplace=False, **_: Any):
+        raise Unsupported(
+            self.kernel_cannot.get("apply_qkv", f"{self.peer} has no packed-qkv call"), "operation"
+        )
+
+    def _k_qk(self, q, k, cfg, axes, p, inverse):
+        return self._k_axes(q, cfg, axes, p, inverse), self._k_axes(k, cfg, axes, p, inverse)
+
+    def _k_axes(self, x, cfg, axes, p, inverse):
+        raise Unsupported(f"{self.peer} has no call for this shape", "operation")
+
+
+def offset_rows(grid: np.ndarray, peer: str) -> np.ndarray:
+    """The start of each row of a ``(B, S)`` id grid whose rows are ``start + arange(S)`` (an offset per
+    row), as int64; :class:`Unsupported` for other ids (a library that builds ``offset + arange`` itself)."""
+    b, s = grid.shape
+    if b and s and not np.array_equal(grid - grid[:, :1], np.broadcast_to(np.arange(s), grid.shape)):
+        raise Unsupported(
+            f"{peer} builds positions as offset + arange(seq_len): these ids are not an offset per row"
+        )
+    return integer_positions(grid[:, 0] if s else np.zeros(b), peer)
+
+
+def runs(p, peer: str) -> list[tuple[int, int, int]]:
+    """``(start_token, end_token, first_position)`` of each run of consecutive positions of a ``thd`` case
+    (one per ``cu_seqlens`` sequence; per-token ids split where they stop counting up by one)."""
+    if p.cu is not None:
+        cu = p.cu
+        starts = np.broadcast_to(np.asarray(p.starts), (cu.size - 1,))
+    else:
+        g = integer_positions(p.grid, peer)
+        breaks = np.flatnonzero(np.diff(g) != 1) + 1
+        cu = np.concatenate([[0], breaks, [g.size]]).astype(np.int64) if g.size else np.zeros(1, np.int64)
+        starts = g[cu[:-1]]
+    return [(int(a), int(b), int(st)) for a, b, st in zip(cu[:-1], cu[1:], starts, strict=True) if b > a]
+
+
+# -- torch views: a case's axes to the layout a library takes, and back ----------------------------------
+
+
+def _ident(t):
+    return t
+
+
+def _swap01(t):
+    return t.permute(1, 0, 2, 3)
+
+
+def _swap12(t):
+    return t.permute(0, 2, 1, 3)
+
+
+def _thd_in(t):
+    return t.unsqueeze(0)
+
+
+def _thd_out(t):
+    return t[0]
+
+
+#: axes -> (to a view HF's apply_rotary_pos_emb takes (bshd or bhsd), back to the case's axes)
+_TO_BSHD_OR_BHSD = {
+    "bshd": (_ident, _ident),
+    "bhsd": (_ident, _ident),
+    "sbhd": (_swap01, _swap01),
+    "thd": (_thd_in, _thd_out),
+}
+
+#: axes -> (to a bshd view, back)
+_TO_BSHD = {**_TO_BSHD_OR_BHSD, "bhsd": (_swap12, _swap12)}
