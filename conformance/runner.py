@@ -553,7 +553,7 @@ class Runner:
         raw = kernel_shapes.call(b, case, presented)
         outputs = self._outputs(case, kernel_shapes.written(case, presented) if inplace else raw)
         problem = kernel_shapes.buffer_problem(b, presented, inplace)
-        changed = [k for k, v in originals.items() if not np.array_equal(case.inputs[k], v, equal_nan=True)]
+        changed = [k for k, v in originals.items() if not np.array_equal(case.inputs[k], v)]  # finite inputs
         if problem is None and changed:
             problem = "changed the stored NumPy inputs it was converted from"
         if problem is not None:

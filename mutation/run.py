@@ -103,10 +103,14 @@ def _sample(session: Path, module: str, fraction: float, salt: str = "") -> int:
 
 
 def _mutated_line(diff: str | None) -> str:
-    added = [
-        ln[1:].strip() for ln in (diff or "").splitlines() if ln.startswith("+") and not ln.startswith("+++")
-    ]
-    return added[0] if added else ""
+    """The mutated line as the ``+`` line of the diff shows it; for a mutant that only removes a line (a
+    decorator), ``"removed: "`` and the removed line, so an equivalent entry names what was removed."""
+    lines = (diff or "").splitlines()
+    added = [ln[1:].strip() for ln in lines if ln.startswith("+") and not ln.startswith("+++")]
+    if added:
+        return added[0]
+    removed = [ln[1:].strip() for ln in lines if ln.startswith("-") and not ln.startswith("---")]
+    return "removed: " + removed[0] if removed else ""
 
 
 def _score(session: Path, module: str, equivalents: list[dict]) -> dict:

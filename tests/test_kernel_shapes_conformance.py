@@ -233,3 +233,30 @@ def test_oracle_backend_rejects_bad_head_counts():
         b.apply_qkv(
             np.zeros((2, 4, 8)), cfg, axes="shd", num_heads_q=4, num_heads_kv=0, positions=np.arange(2)
         )
+
+
+def test_activations_are_converted_to_the_io_dtype_and_positions_keep_theirs(kernel_cases):
+    calls = []
+
+    class Spy(OracleBackend):
+        def from_numpy(self, array, dtype=None):
+            calls.append((array.dtype.kind, dtype))
+            return super().from_numpy(array, dtype)
+
+    case = next(c for c in _fp64(kernel_cases) if c.op == "apply_qk" and c.params["form"] == "offset")
+    assert Runner(Spy()).run([case]).ok
+    assert sorted(calls) == [("f", "float64"), ("f", "float64"), ("i", None)]
+
+
+def test_a_backend_that_changes_the_stored_inputs_fails(kernel_cases):
+    class Scribbles(OracleBackend):
+        def from_numpy(self, array, dtype=None):
+            out = super().from_numpy(array, dtype)
+            array[...] = 0  # writes through to the case's stored tensor
+            return out
+
+    case = next(c for c in _fp64(kernel_cases) if c.op == "apply_axes" and c.params["view"] is None)
+    case = type(case)(**{**case.__dict__, "inputs": {k: v.copy() for k, v in case.inputs.items()}})
+    result = Runner(Scribbles()).run([case]).results[0]
+    assert result.status == "failed" and result.kind == "mutation"
+    assert "stored NumPy inputs" in result.message
