@@ -399,7 +399,32 @@ def test_base_must_exceed_one_on_both_paths(precision, base):
 
 
 @pytest.mark.parametrize("precision", chatglm.PRECISIONS)
-@pytest.mark.parametrize("head_dim", [2, 6, 10])
+@pytest.mark.parametrize("head_dim", [0, 2, 6, 10])
 def test_head_dim_must_be_a_multiple_of_four_on_both_paths(precision, head_dim):
     with pytest.raises(ValueError, match="positive multiple of 4"):
         chatglm.apply_2d(np.ones((2, head_dim)), 0, 0, precision=precision)
+
+
+@pytest.mark.parametrize(
+    ("positions", "shown"),
+    [([0, 5, -3], "-3.0"), ([0, 2.5, -1], "2.5"), ([[4, 0], [1, -2]], "-2.0"), ([0.0, 1.0, 0.25], "0.25")],
+)
+def test_fp16_table_names_the_first_bad_position(positions, shown):
+    """Position 0 is valid (it indexes the first table row); the message shows the first invalid one."""
+    with pytest.raises(ValueError, match=rf"non-negative integers .*got {shown}$"):
+        chatglm.fp16_cos_sin(positions, 8)
+    with pytest.raises(ValueError, match=rf"got {shown}$"):
+        chatglm.apply_2d(np.ones((*np.shape(positions), 8)), positions, 0, precision="chatglm-6b-fp16")
+
+
+def test_fp16_table_accepts_up_to_the_largest_float16_and_widths_from_two():
+    cos, sin = chatglm.fp16_cos_sin([0, 65504], 8)
+    assert cos.shape == (2, 8) and np.all(np.isfinite(cos.astype(np.float64)))
+    with pytest.raises(ValueError, match="must be <= 65504 .*got 65505.0$"):
+        chatglm.fp16_cos_sin([0, 65505], 8)
+    # rotary_dim 2: one pair, inv_freq 1, so the entries are cos(3) and sin(3) rounded to float16.
+    cos, sin = chatglm.fp16_cos_sin([3], 2)
+    assert cos.tolist() == [[float(np.float16(math.cos(3.0)))] * 2]
+    assert sin.tolist() == [[float(np.float16(math.sin(3.0)))] * 2]
+    with pytest.raises(ValueError, match="rotary_dim must be >= 2, got 1"):
+        chatglm.fp16_cos_sin([3], 1)

@@ -11,6 +11,7 @@ Expected values are derived independently in each test (closed forms, mpmath), n
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import mpmath
@@ -507,3 +508,277 @@ def test_internlm2_and_kimi_k2_raw_configs():
     cfg = RopeConfig.from_hf(kimi)  # Kimi-K2 ships beta_fast == beta_slow == 1
     assert (cfg.layout, cfg.head_dim, cfg.rotary_dim, cfg.base) == ("interleaved", 64, 64, 50000.0)
     assert rope_ref.attention_factor(cfg) == 1.0  # equal mscales cancel
+
+
+# -- issue 21, second mutation run (salt s5): each branch of hf_config.py pinned by a hand-built config ------
+
+SMALL = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8, "rope_theta": 1e4}  # head 64
+
+
+def test_multimodal_wrapper_reads_text_config():
+    # Llama 4 / Gemma 3 wrappers keep the language model's keys in text_config.
+    wrapper = {"model_type": "llama4", "text_config": dict(SMALL, rope_theta=5e5, head_dim=128)}
+    cfg = RopeConfig.from_hf(wrapper, layout="half")  # text model_type 'llama' decides half
+    assert (cfg.head_dim, cfg.base, cfg.layout) == (128, 5e5, "half")
+    # A rope key at top level means the top level is the text model: text_config is ignored then.
+    flat = dict(SMALL, text_config={"head_dim": 32, "rope_theta": 1.0, "hidden_size": 7})
+    assert (RopeConfig.from_hf(flat).head_dim, RopeConfig.from_hf(flat).base) == (64, 1e4)
+    assert rope_configs_from_hf(wrapper) == {"default": cfg}
+
+
+@pytest.mark.parametrize("key", ["rope_theta", "rope_scaling", "rope_parameters", "hidden_size", "head_dim"])
+def test_any_top_level_rope_key_keeps_the_top_level(key):
+    values = {"rope_theta": 2e4, "rope_scaling": {"rope_type": "default"},
+              "rope_parameters": {"rope_theta": 2e4}, "hidden_size": 1024, "head_dim": 64}
+    top = {"model_type": "llama", "num_attention_heads": 16, "hidden_size": 1024, "rope_theta": 2e4,
+           key: values[key], "text_config": {"model_type": "gptj", "n_embd": 64, "n_head": 1}}
+    cfg = RopeConfig.from_hf(top)
+    assert (cfg.layout, cfg.head_dim) == ("half", 64)
+
+
+def test_rope_dict_must_be_a_mapping():
+    with pytest.raises(ValueError, match="must be a dict, got list"):
+        RopeConfig.from_hf(dict(SMALL, rope_scaling=[("rope_type", "linear")]))
+    with pytest.raises(TypeError, match="config must be a dict"):
+        RopeConfig.from_hf([("model_type", "llama")])
+    with pytest.raises(TypeError, match="config must be a dict"):
+        rope_configs_from_hf([("model_type", "llama")])
+
+
+def test_layer_typed_dict_with_a_none_entry_and_an_unknown_layer():
+    config = dict(SMALL, rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0},
+                                          "sliding_attention": None})
+    sliding = RopeConfig.from_hf(config, layer_type="sliding_attention")
+    assert (sliding.scaling, sliding.base) == (None, 1e4)
+    with pytest.raises(ValueError, match="layer_type 'chunked' is not in rope_parameters"):
+        RopeConfig.from_hf(config, layer_type="chunked")
+    # A flat dict whose values are not all dicts is not keyed by layer type.
+    flat = dict(SMALL, rope_parameters={"rope_type": "linear", "factor": 2.0})
+    assert RopeConfig.from_hf(flat).scaling == rope_ref.Linear(2.0)
+    assert list(rope_configs_from_hf(flat)) == ["default"]
+    full = dict(SMALL, rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0},
+                                        "sliding_attention": {}})
+    both = rope_configs_from_hf(full)
+    assert list(both) == ["full_attention", "sliding_attention"]
+    assert both["full_attention"].scaling == rope_ref.Linear(2.0)
+    assert both["sliding_attention"].scaling is None
+
+
+def test_head_size_from_hidden_and_heads_and_its_errors():
+    assert RopeConfig.from_hf(SMALL).head_dim == 64
+    assert RopeConfig.from_hf(dict(SMALL, kv_channels=32)).head_dim == 32
+    assert RopeConfig.from_hf(dict(SMALL, head_dim=None, kv_channels=32)).head_dim == 32
+    with pytest.raises(ValueError, match="missing 'hidden_size'"):
+        RopeConfig.from_hf({k: v for k, v in SMALL.items() if k != "hidden_size"})
+    with pytest.raises(ValueError, match="head_dim"):
+        RopeConfig.from_hf(dict(SMALL, head_dim=1))  # below the minimum of 2
+    with pytest.raises(ValueError, match=r"hidden_size \(513\) is not divisible by num_attention_heads"):
+        RopeConfig.from_hf(dict(SMALL, hidden_size=513))
+    assert RopeConfig.from_hf(dict(SMALL, hidden_size=16, num_attention_heads=8)).head_dim == 2
+
+
+def test_keys_matched_case_insensitively_and_rope_switches():
+    for key in ("ROPE_mystery", "Rotary_extra"):
+        with pytest.raises(ValueError, match=key):
+            RopeConfig.from_hf(dict(SMALL, **{key: 1}))
+    with pytest.raises(ValueError, match="use_rope=False"):
+        RopeConfig.from_hf(dict(SMALL, use_rope=False))
+    # Understood switches that do not change the rotation.
+    ok = dict(SMALL, use_rope=True, alibi=False, position_encoding_2d=False, no_rope_layers=[1, 0],
+              use_flash_rotary=True)
+    assert RopeConfig.from_hf(ok) == RopeConfig.from_hf(SMALL)
+
+
+def test_infer_layout_reasons():
+    from rope_ref.hf_config import infer_layout
+
+    v3 = {"model_type": "deepseek_v3"}
+    assert infer_layout(v3) == ("interleaved", "rope_interleave=True (its default)")
+    assert infer_layout({"model_type": "deepseek_v3", "rope_interleave": None}) == (
+        "interleaved", "rope_interleave=True")
+    llama = {"model_type": "llama", "rope_interleave": True}
+    assert infer_layout(llama) == ("interleaved", "rope_interleave=True")
+    glm = {"model_type": "chatglm"}
+    assert infer_layout(glm) == ("interleaved", "original_rope=True (model_type 'chatglm')")
+    assert infer_layout({"model_type": "chatglm", "original_rope": False}) == (
+        "half", "original_rope=False (model_type 'chatglm')")
+    assert infer_layout({"model_type": "cohere"}) == ("interleaved", "model_type='cohere'")
+    assert infer_layout({"model_type": "mystery"}) == (None, "model_type='mystery'")
+    assert infer_layout({}) == (None, "no model_type")
+    with pytest.raises(ValueError, match=r"layout must be one of \('half', 'interleaved'\), got 3"):
+        RopeConfig.from_hf(SMALL, layout=3)
+    with pytest.raises(ValueError, match=r"layout is required: the config does not fix .*\(no model_type\)"):
+        RopeConfig.from_hf({k: v for k, v in SMALL.items() if k != "model_type"})
+
+
+def test_base_sources_in_order():
+    no_theta = {k: v for k, v in SMALL.items() if k != "rope_theta"}
+    assert RopeConfig.from_hf(no_theta).base == 10000.0  # llama's default
+    assert RopeConfig.from_hf(dict(no_theta, model_type="mixtral")).base == 1e6
+    assert RopeConfig.from_hf(dict(no_theta, model_type="cohere")).base == 5e5
+    assert RopeConfig.from_hf(dict(no_theta, rotary_emb_base=123.0)).base == 123.0
+    assert RopeConfig.from_hf(dict(SMALL, rotary_emb_base=123.0)).base == 1e4  # rope_theta first
+    assert RopeConfig.from_hf(dict(SMALL, rope_parameters={"rope_theta": 77.0})).base == 77.0
+    with pytest.raises(ValueError, match="model_type 'mystery' has no known default base"):
+        RopeConfig.from_hf(dict(no_theta, model_type="mystery"), layout="half")
+    with pytest.raises(TypeError, match="rope_theta"):
+        RopeConfig.from_hf(dict(SMALL, rope_theta="1e4"))
+
+
+def test_gemma3_bases_and_layer_checks():
+    g = {"model_type": "gemma3_text", "head_dim": 64, "hidden_size": 256, "num_attention_heads": 4}
+    both = rope_configs_from_hf(g)  # no rope_theta, no rope_local_base_freq: transformers' defaults
+    assert (both["full_attention"].base, both["sliding_attention"].base) == (1e6, 1e4)
+    both = rope_configs_from_hf(dict(g, rope_local_base_freq=2e4, rope_theta=3e6))
+    assert (both["full_attention"].base, both["sliding_attention"].base) == (3e6, 2e4)
+    with pytest.raises(ValueError, match="layer_type must be one of"):
+        RopeConfig.from_hf(g, layer_type="chunked_attention")
+    # A v5 Gemma 3 dict keyed by layer type: the sliding entry's own rope_theta and scaling are used.
+    full = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}
+    local = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
+    v5 = dict(g, rope_parameters={"full_attention": full, "sliding_attention": local})
+    sliding = RopeConfig.from_hf(v5, layer_type="sliding_attention")
+    assert (sliding.base, sliding.scaling) == (1e4, rope_ref.Linear(2.0))
+
+
+def test_chatglm_ratio_multiplies_base_or_interpolates_for_chatglm2_32k():
+    glm = {"model_type": "chatglm", "hidden_size": 4096, "num_attention_heads": 32, "kv_channels": 128,
+           "seq_length": 32768}
+    assert RopeConfig.from_hf(glm).base == 1e4  # no rope_ratio: 1
+    assert RopeConfig.from_hf(dict(glm, rope_ratio=500)).base == 5e6
+    v32k = dict(glm, rope_ratio=16.0, _name_or_path="THUDM/ChatGLM2-6B-32k")
+    cfg = RopeConfig.from_hf(v32k)
+    assert (cfg.base, cfg.scaling, cfg.rotary_dim) == (1e4, rope_ref.Linear(16.0), 64)
+    # ChatGLM2 with ratio 1 is plain.
+    assert RopeConfig.from_hf(dict(v32k, rope_ratio=1.0)).scaling is None
+    with pytest.raises(ValueError, match="ambiguous"):
+        RopeConfig.from_hf(dict(v32k, rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    # seq_length stands in for max_position_embeddings (needed by dynamic NTK).
+    dyn = RopeConfig.from_hf(dict(glm, rope_scaling={"rope_type": "dynamic", "factor": 2.0}))
+    assert dyn.scaling == rope_ref.DynamicNTK(2.0, 32768)
+    dyn = RopeConfig.from_hf(dict(glm, max_position_embeddings=8192,
+                                  rope_scaling={"rope_type": "dynamic", "factor": 2.0}))
+    assert dyn.scaling == rope_ref.DynamicNTK(2.0, 8192)
+    with pytest.raises(ValueError, match="'max_position_embeddings'"):
+        dynamic = {"rope_type": "dynamic", "factor": 2.0}
+        RopeConfig.from_hf(dict(SMALL, seq_length=32768, rope_scaling=dynamic))
+
+
+def test_rotary_width_sources():
+    gptj = {"model_type": "gptj", "n_embd": 4096, "n_head": 16}
+    assert RopeConfig.from_hf(gptj).rotary_dim == 64  # GPTJConfig default
+    with pytest.raises(ValueError, match=r"rotary_dim \(512\) exceeds the head size \(256\)"):
+        RopeConfig.from_hf(dict(gptj, rotary_dim=512))
+    assert RopeConfig.from_hf(dict(gptj, rotary_dim=256)).rotary_dim == 256
+    # rotary_dim without partial_rotary_factor gives the width directly (any family); with it, the factor.
+    assert RopeConfig.from_hf(dict(SMALL, rotary_dim=32)).rotary_dim == 32
+    assert RopeConfig.from_hf(dict(SMALL, rotary_dim=32, partial_rotary_factor=0.25)).rotary_dim == 16
+    # Defaults by model type, and the (0, 1] range.
+    assert RopeConfig.from_hf(dict(SMALL, model_type="stablelm")).rotary_dim == 16
+    assert RopeConfig.from_hf(dict(SMALL, model_type="phi")).rotary_dim == 32
+    assert RopeConfig.from_hf(dict(SMALL, model_type="glm")).rotary_dim == 32
+    assert RopeConfig.from_hf(dict(SMALL, partial_rotary_factor=1.0)).rotary_dim == 64
+    assert RopeConfig.from_hf(dict(SMALL, partial_rotary_factor=None, rotary_pct=0.5)).rotary_dim == 32
+    for bad in (0.0, -0.5, 1.0000001):
+        with pytest.raises(ValueError, match=r"partial_rotary_factor must be in \(0, 1\]"):
+            RopeConfig.from_hf(dict(SMALL, partial_rotary_factor=bad))
+    # int(64 * 0.02) = 1 and int(64 * 0.1) = 6.4 -> 6 is fine, 0.05 -> 3 is odd.
+    for bad in (0.02, 0.05):
+        with pytest.raises(ValueError, match="not a positive even integer"):
+            RopeConfig.from_hf(dict(SMALL, partial_rotary_factor=bad))
+    assert RopeConfig.from_hf(dict(SMALL, partial_rotary_factor=0.1)).rotary_dim == 6
+    assert RopeConfig.from_hf(dict(SMALL, partial_rotary_factor=0.04)).rotary_dim == 2
+
+
+def test_original_context_sources():
+    yarn = {"rope_type": "yarn", "factor": 4.0}
+    base = dict(SMALL, max_position_embeddings=8192)
+    assert RopeConfig.from_hf(dict(base, rope_scaling=yarn)).scaling == YaRN(4.0, 8192)
+    inner = dict(yarn, original_max_position_embeddings=2048)
+    assert RopeConfig.from_hf(dict(base, rope_scaling=inner)).scaling == YaRN(4.0, 2048)
+    top = dict(base, rope_scaling=inner, original_max_position_embeddings=1024)
+    assert RopeConfig.from_hf(top).scaling == YaRN(4.0, 1024)  # the top level wins (Phi-3)
+    # Not for linear: a top-level original context is not a key of its dict.
+    linear = {"rope_type": "linear", "factor": 2.0}
+    lin = dict(base, rope_scaling=linear, original_max_position_embeddings=1024)
+    assert RopeConfig.from_hf(lin).scaling == rope_ref.Linear(2.0)
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    got = RopeConfig.from_hf(dict(base, rope_scaling=llama3, original_max_position_embeddings=4096))
+    assert got.scaling == Llama3(8.0, 1.0, 4.0, 4096)
+
+
+def test_longrope_lists_must_match_the_rotary_width():
+    cfg = dict(SMALL, max_position_embeddings=8192, original_max_position_embeddings=4096,
+               partial_rotary_factor=0.5)  # rotary width 32: 16 entries
+    ok = {"rope_type": "longrope", "short_factor": [1.0] * 16, "long_factor": [2.0] * 16}
+    got = RopeConfig.from_hf(dict(cfg, rope_scaling=ok))
+    assert got.rotary_dim == 32 and got.scaling.factor == 2.0
+    # (The two lists have equal lengths, checked by LongRoPE itself, so short_factor is named first.)
+    with pytest.raises(ValueError, match=r"'short_factor' must have rotary_dim // 2 = 16 entries, got 32"):
+        RopeConfig.from_hf(dict(cfg, rope_scaling=dict(ok, short_factor=[1.0] * 32, long_factor=[1.0] * 32)))
+
+
+def test_nested_detection_needs_layer_type_key_present():
+    # A Gemma 3 raw config: sliding layers get no rope dict even if rope_scaling is set.
+    g = {"model_type": "gemma3", "head_dim": 64, "hidden_size": 256, "num_attention_heads": 4,
+         "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "rope_parameters": None}
+    assert RopeConfig.from_hf(g, layer_type="sliding_attention").scaling is None
+    assert RopeConfig.from_hf(g, layer_type="full_attention").scaling == rope_ref.Linear(8.0)
+
+
+def test_gptj_rotary_dim_two_is_the_smallest_width():
+    gptj = {"model_type": "gptj", "n_embd": 4096, "n_head": 16}
+    assert RopeConfig.from_hf(dict(gptj, rotary_dim=2)).rotary_dim == 2
+    with pytest.raises(ValueError, match="rotary_dim"):
+        RopeConfig.from_hf(dict(gptj, rotary_dim=1))
+
+
+def test_gemma3_sliding_layers_ignore_a_flat_rope_parameters_dict():
+    # A flat (not layer-keyed) rope dict belongs to the global layers; the local ones use
+    # rope_local_base_freq without scaling, whichever of rope_scaling / rope_parameters holds it.
+    flat = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}
+    g = {"model_type": "gemma3_text", "head_dim": 64, "hidden_size": 256, "num_attention_heads": 4,
+         "rope_local_base_freq": 2e4, "rope_parameters": flat}
+    sliding = RopeConfig.from_hf(g, layer_type="sliding_attention")
+    assert (sliding.base, sliding.scaling) == (2e4, None)
+    built = "".join(["sliding", "_attention"])  # equal, but not the interned literal
+    assert RopeConfig.from_hf(g, layer_type=built) == sliding
+    full = RopeConfig.from_hf(g, layer_type="full_attention")
+    assert (full.base, full.scaling) == (1e6, rope_ref.Linear(8.0))
+
+
+def test_longrope_lists_shorter_than_the_rotary_width_name_the_hf_key():
+    cfg = dict(SMALL, max_position_embeddings=8192, original_max_position_embeddings=4096)  # 32 pairs
+    short = {"rope_type": "longrope", "short_factor": [1.0] * 16, "long_factor": [2.0] * 16}
+    with pytest.raises(ValueError, match=r"rope_scaling key 'short_factor' must have rotary_dim // 2 = 32"):
+        RopeConfig.from_hf(dict(cfg, rope_scaling=short))
+
+
+def test_config_is_positional_or_keyword_and_options_keyword_only():
+    from rope_ref.hf_config import rope_config_from_hf
+
+    assert rope_config_from_hf(config=SMALL) == RopeConfig.from_hf(SMALL)
+    with pytest.raises(TypeError):
+        rope_config_from_hf(SMALL, "half")
+
+
+def test_chatglm2_ratio_with_an_explicit_default_rope_dict():
+    # A "default" read from JSON is an equal string, not necessarily the same object.
+    glm = {"model_type": "chatglm", "hidden_size": 4096, "num_attention_heads": 32, "kv_channels": 128,
+           "seq_length": 32768, "rope_ratio": 16.0, "_name_or_path": "THUDM/chatglm2-6b-32k"}
+    default = json.loads('{"rope_type": "default"}')
+    cfg = RopeConfig.from_hf(dict(glm, rope_scaling=default))
+    assert (cfg.base, cfg.scaling) == (1e4, rope_ref.Linear(16.0))
+
+
+def test_model_type_defaults_apply_to_configs_read_from_json():
+    # model_type strings parsed from config.json are equal to, not the same objects as, the code's literals.
+    gptj = json.loads('{"model_type": "gptj", "n_embd": 4096, "n_head": 16}')
+    assert RopeConfig.from_hf(gptj).rotary_dim == 64
+    neox = json.loads('{"model_type": "gpt_neox", "hidden_size": 6144, "num_attention_heads": 64}')
+    cfg = RopeConfig.from_hf(neox)  # no rotary_pct: GPT-NeoX's default fraction 0.25 of head size 96
+    assert (cfg.rotary_dim, cfg.layout, cfg.base) == (24, "half", 1e4)
+    stablelm = json.loads('{"model_type": "stablelm", "hidden_size": 2560, "num_attention_heads": 32}')
+    assert RopeConfig.from_hf(stablelm).rotary_dim == 20
+    glm4 = json.loads('{"model_type": "glm4", "hidden_size": 4096, "num_attention_heads": 32}')
+    assert (RopeConfig.from_hf(glm4).rotary_dim, RopeConfig.from_hf(glm4).layout) == (64, "interleaved")
