@@ -1,0 +1,71 @@
+"""Issue 21: survivors of the fresh "fresh8" mutation sample of conformance/tolerance.py and runner.py."""
+
+from __future__ import annotations
+
+import numpy as np
+from rope_ref.conformance import tolerance
+from rope_ref.conformance.case import Case
+from rope_ref.conformance.catalogue import make_config
+from rope_ref.conformance.oracle_backend import OracleBackend
+from rope_ref.conformance.protocol import PrecisionPolicy
+from rope_ref.conformance.runner import CaseResult, Runner
+
+
+def _fresh(text: str) -> str:
+    """An equal string that is not the interned literal (as JSON-loaded manifests give)."""
+    return "".join(list(text))
+
+
+def test_a_zero_tolerance_on_a_non_exact_element_fails_any_error():
+    # tol 0 without the exact mask (the pair-norm target of V heads): any error is an infinite ratio.
+    c = tolerance._worst("out", np.zeros(1), np.array([0.5]), np.zeros(1), np.zeros(1, dtype=bool))
+    assert not c.passed and c.ratio == np.inf
+
+
+def test_scalar_positions_get_a_rotation_bound():
+    cfg = make_config(8, "half")
+    x = np.ones((3, 2, 8))
+    case = Case("c", "apply", cfg, {"x": x, "positions": np.array(5.0)}, {"out": x}, "tables", "rotation")
+    bounds = tolerance.element_tolerance(case, "out", PrecisionPolicy("float32", "float32", "float32"))
+    # |theta| = 5 * base^(-2i/8): the bound grows with the angle, the same for every row.
+    assert bounds.tol.shape == x.shape and np.all(bounds.tol > 0)
+    np.testing.assert_array_equal(bounds.tol[0], bounds.tol[2])
+    assert bounds.tol[0, 0, 0] > bounds.tol[0, 0, 3]
+
+
+def test_rule_names_are_compared_by_value():
+    cfg = make_config(8, "half")
+    pos = np.arange(4.0)
+    ref = Case(
+        "c",
+        "cos_sin",
+        cfg,
+        {"positions": pos},
+        {"cos": np.ones((4, 4)), "sin": np.ones((4, 4))},
+        "tables",
+        "trig",
+    )
+    fresh = Case(
+        "c",
+        "cos_sin",
+        cfg,
+        {"positions": pos},
+        {"cos": np.ones((4, 4)), "sin": np.ones((4, 4))},
+        "tables",
+        _fresh("trig"),
+    )
+    policy = PrecisionPolicy("float32", "float32", "float32")
+    want = tolerance.element_tolerance(ref, "cos", policy).tol
+    np.testing.assert_array_equal(tolerance.element_tolerance(fresh, "cos", policy).tol, want)
+
+
+def test_xfail_status_is_compared_by_value(monkeypatch):
+    runner = Runner(OracleBackend())
+    case = Case("c-1", "inv_freq", make_config(8, "half"), {}, {"out": np.ones(4)}, "tables", "table")
+
+    def failed_result(c):
+        return CaseResult(c.id, c.op, c.bug_class, _fresh("failed"), kind="mismatch", message="m")
+
+    monkeypatch.setattr(runner, "run_case", failed_result)
+    report = runner.run([case], xfails={"c-1": "known"})
+    assert report.results[0].status == "xfailed"
