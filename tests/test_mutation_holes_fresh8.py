@@ -69,3 +69,26 @@ def test_xfail_status_is_compared_by_value(monkeypatch):
     monkeypatch.setattr(runner, "run_case", failed_result)
     report = runner.run([case], xfails={"c-1": "known"})
     assert report.results[0].status == "xfailed"
+
+
+def test_layout_names_are_compared_by_value():
+    from rope_ref import RopeConfig
+    from rope_ref.rotation import pair_indices
+
+    a, b = pair_indices(RopeConfig(8, layout=_fresh("half")))
+    np.testing.assert_array_equal(a, [0, 1, 2, 3])
+    np.testing.assert_array_equal(b, [4, 5, 6, 7])
+
+
+def test_rows_longer_than_a_block_are_rotated_one_at_a_time():
+    """A row of 9 * 8192 elements exceeds the 2**16-element block: one row per block, same bits as
+    rotating each row alone (where no blocking happens)."""
+    import rope_ref
+    from rope_ref import RopeConfig
+
+    cfg = RopeConfig(8192, layout="interleaved")
+    x = np.linspace(-1.0, 1.0, 3 * 3 * 3 * 8192).reshape(3, 3, 3, 8192)
+    pos = np.array([1.0, 700.0, 70000.0]).reshape(3, 1, 1)
+    out = rope_ref.apply(x, pos, cfg)
+    for i in range(3):
+        np.testing.assert_array_equal(out[i], rope_ref.apply(x[i], pos[i], cfg))
