@@ -92,3 +92,15 @@ def test_rows_longer_than_a_block_are_rotated_one_at_a_time():
     out = rope_ref.apply(x, pos, cfg)
     for i in range(3):
         np.testing.assert_array_equal(out[i], rope_ref.apply(x[i], pos[i], cfg))
+
+
+def test_score_curve_wants_both_q_and_k_or_neither():
+    import pytest
+
+    from rope_ref import RopeConfig
+    from rope_ref.decay import score_curve
+
+    cfg = RopeConfig(8, layout="half")
+    for q, k in ((np.ones(8), None), (None, np.ones(8))):
+        with pytest.raises(ValueError, match="pass both q and k, or neither"):
+            score_curve([0, 1], cfg, q=q, k=k)
