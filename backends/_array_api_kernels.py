@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from rope_ref.conformance.protocol import Unsupported
 
-from rope_ref.axes import parse_axes
+from rope_ref.axes import parse_axes, qk_head_axis
 
 __all__ = [
     "KERNEL_OPS",
@@ -287,17 +287,7 @@ def _check_x(xp: Any, x: Any, cfg: Any, axes: Any, name: str) -> str:
 
 def _check_pair(q: Any, k: Any, axes: str) -> int:
     """The head axis of q and k (same shape but the heads; Hk divides Hq), or a ValueError."""
-    if "h" not in axes:
-        raise ValueError(f"axes={axes!r} has no head axis 'h'")
-    h = axes.index("h")
-    hq, hk = q.shape[h], k.shape[h]
-    other_q = tuple(n for i, n in enumerate(q.shape) if i != h)
-    other_k = tuple(n for i, n in enumerate(k.shape) if i != h)
-    if other_q != other_k:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on every axis but the heads")
-    if hk == 0 or hq % hk:
-        raise ValueError(f"k heads ({hk}) must divide q heads ({hq}) (GQA/MQA), axes={axes!r}")
-    return h
+    return qk_head_axis(tuple(q.shape), tuple(k.shape), axes)
 
 
 def _head_slice(h: int, start: int, stop: int) -> tuple:

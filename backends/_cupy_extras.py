@@ -461,7 +461,7 @@ def apply_axes(
 
 def _pair(q: Any, k: Any, axes: Any) -> tuple[Any, Any, str, str, int]:
     """Storages of q and k, their dtype name, the parsed axes and the head axis; ValueError if they differ."""
-    from rope_ref.axes import parse_axes
+    from rope_ref.axes import qk_head_axis
 
     from .cupy import _storage
 
@@ -469,19 +469,7 @@ def _pair(q: Any, k: Any, axes: Any) -> tuple[Any, Any, str, str, int]:
     ks, k_dtype = _storage(k, "k")
     if q_dtype != k_dtype:
         raise ValueError(f"q and k must share a dtype, got {q_dtype} and {k_dtype}")
-    axes = parse_axes(axes, qs.ndim)
-    if "h" not in axes:
-        raise ValueError(f"axes={axes!r} has no head axis 'h'")
-    if ks.ndim != qs.ndim:
-        raise ValueError(f"k has {ks.ndim} axes but q has {qs.ndim} (axes={axes!r})")
-    h = axes.index("h")
-    if qs.shape[:h] + qs.shape[h + 1 :] != ks.shape[:h] + ks.shape[h + 1 :]:
-        raise ValueError(
-            f"q {tuple(qs.shape)} and k {tuple(ks.shape)} must agree on every axis but the heads"
-        )
-    hq, hk = qs.shape[h], ks.shape[h]
-    if hk == 0 or hq % hk:
-        raise ValueError(f"k heads ({hk}) must divide q heads ({hq}) (GQA/MQA), axes={axes!r}")
+    h = qk_head_axis(tuple(qs.shape), tuple(ks.shape), axes)
     return qs, ks, q_dtype, axes, h
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from rope_ref.axes import parse_axes
+from rope_ref.axes import parse_axes, qk_head_axis
 from rope_ref.config import RopeConfig
 
 from ._torch_core import (
@@ -319,20 +319,7 @@ def _check_pair(q: torch.Tensor, k: torch.Tensor, axes: str | None) -> int:
     """The head axis of q/k (same shape except heads; Hq a multiple of Hk), or a ValueError."""
     if axes is None:
         raise ValueError("apply_qk needs axes= naming the head axis (e.g. 'bshd', 'bhsd', 'thd')")
-    axes = parse_axes(axes, q.ndim)
-    if "h" not in axes:
-        raise ValueError(f"axes={axes!r} has no head axis 'h'")
-    if k.ndim != q.ndim:
-        raise ValueError(f"k has {k.ndim} axes but q has {q.ndim} (axes={axes!r})")
-    h = axes.index("h")
-    hq, hk = q.shape[h], k.shape[h]
-    other_q = tuple(n for i, n in enumerate(q.shape) if i != h)
-    other_k = tuple(n for i, n in enumerate(k.shape) if i != h)
-    if other_q != other_k:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on every axis but the heads")
-    if hk == 0 or hq % hk:
-        raise ValueError(f"k heads ({hk}) must divide q heads ({hq}) (GQA/MQA), axes={axes!r}")
-    return h
+    return qk_head_axis(tuple(q.shape), tuple(k.shape), axes)
 
 
 def apply_qk(

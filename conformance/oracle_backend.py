@@ -144,7 +144,7 @@ class OracleBackend(Backend):
         inplace=False,
         seq_len=None,
     ):
-        _head_axis(axes, q, k)
+        rope_ref.axes.qk_head_axis(np.shape(q), np.shape(k), axes)
         if seq_len is None and cfg.scaling is not None:
             from rope_ref.positions import kernel_positions
 
@@ -213,22 +213,6 @@ class OracleBackend(Backend):
         from rope_ref.decay import relative_upper_bound
 
         return relative_upper_bound(distances, cfg)
-
-
-def _head_axis(axes: str, q: np.ndarray, k: np.ndarray) -> int:
-    """The head axis of q and k (same shape but for heads, whose count Hk divides Hq), or a ValueError."""
-    axes = rope_ref.axes.parse_axes(axes, np.ndim(q))
-    if "h" not in axes:
-        raise ValueError(f"axes={axes!r} has no head axis 'h'")
-    if np.ndim(k) != np.ndim(q):
-        raise ValueError(f"k has {np.ndim(k)} axes but q has {np.ndim(q)} (axes={axes!r})")
-    h = axes.index("h")
-    if np.shape(q)[:h] + np.shape(q)[h + 1 :] != np.shape(k)[:h] + np.shape(k)[h + 1 :]:
-        raise ValueError(f"q {np.shape(q)} and k {np.shape(k)} must agree on every axis but the heads")
-    hq, hk = np.shape(q)[h], np.shape(k)[h]
-    if hk == 0 or hq % hk:
-        raise ValueError(f"k heads ({hk}) must divide q heads ({hq}) (GQA/MQA), axes={axes!r}")
-    return h
 
 
 def available(**_: Any) -> tuple[bool, str]:

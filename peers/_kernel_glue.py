@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from rope_ref.axes import qk_head_axis
+
 from ._glue import Unsupported, integer_positions
 
 __all__ = ["KernelShapes", "offset_rows", "runs"]
@@ -167,12 +169,7 @@ class KernelShapes:
             seq_len=seq_len,
         )
         p = self._kernel("apply_qk", q, axes, inplace, cfg, forms)
-        h = axes.index("h")
-        qs, ks = tuple(q.shape), tuple(k.shape)
-        if len(ks) != len(qs) or any(qs[i] != ks[i] for i in range(len(qs)) if i != h):
-            raise ValueError(f"q {qs} and k {ks} differ outside the head axis")
-        if ks[h] == 0 or qs[h] % ks[h]:
-            raise ValueError(f"k's head count {ks[h]} must divide q's {qs[h]}")
+        qk_head_axis(tuple(q.shape), tuple(k.shape), axes)
         return self._k_qk(q, k, cfg, axes, p, bool(inverse))
 
     def apply_qkv(self, qkv, cfg, *, axes, num_heads_q, num_heads_kv, inplace=False, **_: Any):

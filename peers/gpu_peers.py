@@ -56,6 +56,8 @@ from typing import Any
 import numpy as np
 from rope_ref.conformance.protocol import PrecisionPolicy
 
+from rope_ref.axes import qk_head_axis
+
 from ._glue import OPS, Peer, Unsupported, integer_positions, tokens
 from ._kernel_glue import _Positions, _positions
 
@@ -413,12 +415,7 @@ class GpuPeer(Peer):
             seq_len=seq_len,
         )
         p = self._kernel("apply_qk", q, axes, inplace, cfg, forms)
-        h = axes.index("h")
-        same = [i for i in range(q.ndim) if i != h]
-        if k.ndim != q.ndim or any(q.shape[i] != k.shape[i] for i in same):
-            raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ outside the head axis")
-        if k.shape[h] == 0 or q.shape[h] % k.shape[h]:
-            raise ValueError(f"k's head count {k.shape[h]} must divide q's {q.shape[h]}")
+        qk_head_axis(tuple(q.shape), tuple(k.shape), axes)
         return getattr(self, f"_{_SHORT[self.library]}_qk")(q, k, cfg, axes, p, bool(inverse), bool(inplace))
 
     def apply_qkv(

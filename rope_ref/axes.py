@@ -25,7 +25,15 @@ import numpy as np
 
 from ._arrays import as_positions
 
-__all__ = ["AXES", "LETTERS", "parse_axes", "positions_for_axes", "suggest_axes", "shape_mismatch_message"]
+__all__ = [
+    "AXES",
+    "LETTERS",
+    "parse_axes",
+    "positions_for_axes",
+    "qk_head_axis",
+    "suggest_axes",
+    "shape_mismatch_message",
+]
 
 #: The named conventions (any string following the rules of :func:`parse_axes` is accepted too).
 AXES = ("bshd", "bhsd", "sbhd", "thd", "shd", "hsd")
@@ -119,6 +127,28 @@ def positions_for_axes(positions: Any, axes: str, x_shape: tuple[int, ...]) -> n
     axes = parse_axes(axes, len(x_shape))
     pos = as_positions(positions)
     return _placed(pos, axes, x_shape)
+
+
+def qk_head_axis(q_shape: tuple[int, ...], k_shape: tuple[int, ...], axes: Any) -> int:
+    """The head axis ``h`` of q and k rotated together (GQA/MQA), or a ``ValueError``.
+
+    ``axes`` must name every axis of q and include ``h``; k has the same axes and sizes except the heads,
+    and its head count ``Hk`` divides q's ``Hq`` (each k head serves ``Hq / Hk`` q heads). Shared by the
+    oracle backend and every adapter's ``apply_qk`` / ``apply_qkv``, so that all report the same errors.
+    """
+    q_shape, k_shape = tuple(q_shape), tuple(k_shape)
+    axes = parse_axes(axes, len(q_shape))
+    if "h" not in axes:
+        raise ValueError(f"axes={axes!r} has no head axis 'h'")
+    if len(k_shape) != len(q_shape):
+        raise ValueError(f"k has {len(k_shape)} axes but q has {len(q_shape)} (axes={axes!r})")
+    h = axes.index("h")
+    if q_shape[:h] + q_shape[h + 1 :] != k_shape[:h] + k_shape[h + 1 :]:
+        raise ValueError(f"q {q_shape} and k {k_shape} must agree on every axis but the heads")
+    hq, hk = q_shape[h], k_shape[h]
+    if hk == 0 or hq % hk:
+        raise ValueError(f"k heads ({hk}) must divide q heads ({hq}) (GQA/MQA), axes={axes!r}")
+    return h
 
 
 def suggest_axes(positions_shape: tuple[int, ...], x_shape: tuple[int, ...]) -> list[str]:

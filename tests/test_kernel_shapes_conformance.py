@@ -260,3 +260,21 @@ def test_a_backend_that_changes_the_stored_inputs_fails(kernel_cases):
     result = Runner(Scribbles()).run([case]).results[0]
     assert result.status == "failed" and result.kind == "mutation"
     assert "stored NumPy inputs" in result.message
+
+
+def test_qk_head_axis_is_the_one_check_every_adapter_uses():
+    from rope_ref.axes import qk_head_axis
+
+    assert qk_head_axis((2, 5, 32, 16), (2, 5, 8, 16), "bshd") == 2
+    assert qk_head_axis((7, 17, 16), (7, 1, 16), "thd") == 1
+    for q, k, axes, match in [
+        ((2, 5, 6, 16), (2, 5, 4, 16), "bshd", r"k heads \(4\) must divide q heads \(6\)"),
+        ((2, 5, 6, 16), (2, 5, 0, 16), "bshd", r"k heads \(0\) must divide"),
+        ((2, 5, 8, 16), (2, 6, 4, 16), "bshd", "must agree on every axis but the heads"),
+        ((2, 5, 8, 16), (5, 4, 16), "bshd", "k has 3 axes but q has 4"),
+        ((5, 8, 16), (5, 4, 16), "tsd", "exactly one position axis"),
+        ((5, 16), (5, 16), "sd", "has no head axis 'h'"),
+        ((2, 5, 8, 16), (2, 5, 4, 16), "thd", "names 3 axes but x has 4"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            qk_head_axis(q, k, axes)
