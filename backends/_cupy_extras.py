@@ -19,6 +19,7 @@ import numpy as np
 
 from rope_ref.chatglm import _check_base, _check_flag, _check_precision, _check_token_ids
 from rope_ref.config import RopeConfig
+from rope_ref.views import View, check_disjoint
 
 from ._cupy_plan import (
     POS_IDS,
@@ -473,6 +474,13 @@ def _pair(q: Any, k: Any, axes: Any) -> tuple[Any, Any, str, str, int]:
     return qs, ks, q_dtype, axes, h
 
 
+def _device_view(xs: Any) -> View:
+    """A CuPy array's memory as a :class:`rope_ref.views.View` (device address, byte strides)."""
+    ptr = getattr(xs.data, "ptr", None)  # CuPy's MemoryPointer; the CPU host shim hands NumPy arrays
+    address = ptr if ptr is not None else xs.__array_interface__["data"][0]
+    return View(int(address), tuple(xs.shape), tuple(xs.strides), int(xs.itemsize))
+
+
 def apply_qk(
     q: Any,
     k: Any,
@@ -496,8 +504,8 @@ def apply_qk(
     cfg, inverse, inplace = _prologue(cfg, axes, inverse, inplace)
     qs, ks, dtype_name, axes, _ = _pair(q, k, axes)
     _check_head_dim(qs, cfg, "q")
-    if inplace and qs is ks:
-        raise ValueError("in place, q and k must be different arrays (disjoint views of one buffer are fine)")
+    if inplace:
+        check_disjoint(_device_view(qs), _device_view(ks))
     pos = _resolve_positions(
         qs.shape,
         axes,

@@ -25,6 +25,7 @@ import torch
 
 from rope_ref.axes import parse_axes, qk_head_axis
 from rope_ref.config import RopeConfig
+from rope_ref.views import View, check_disjoint
 
 from ._torch_core import (
     angle_tables,
@@ -315,6 +316,12 @@ def apply(
     return _rotate_into(x, cos, sin, cfg, compute, autograd, kernel, inplace)
 
 
+def _view(t: torch.Tensor) -> View:
+    """``t``'s memory as a :class:`rope_ref.views.View` (address, shape, byte strides, item size)."""
+    size = t.element_size()
+    return View(t.data_ptr(), tuple(t.shape), tuple(st * size for st in t.stride()), size)
+
+
 def _check_pair(q: torch.Tensor, k: torch.Tensor, axes: str | None) -> int:
     """The head axis of q/k (same shape except heads; Hq a multiple of Hk), or a ValueError."""
     if axes is None:
@@ -407,6 +414,8 @@ def _apply_qk(
             f"q and k must share dtype and device, got {q.dtype}/{q.device} and {k.dtype}/{k.device}"
         )
     h = _check_pair(q, k, axes)
+    if inplace and not torch.compiler.is_compiling():  # a traced tensor has no address to compare
+        check_disjoint(_view(q), _view(k))
     compute = resolve_compute_dtype(compute_dtype, q.dtype)
     pos = resolve_positions(q, positions, axes, offset, cu_seqlens, start_offsets)
     lead = tuple(1 if i == h else n for i, n in enumerate(q.shape[:-1]))

@@ -467,6 +467,20 @@ def test_qk_inplace_aliasing_slices_of_one_packed_buffer(host, dtype) -> None:
     assert np.array_equal(bits(out_of_place[1]), bits(kr))
 
 
+def test_qk_inplace_refuses_overlapping_q_and_k(host) -> None:
+    cb = host.cb
+    cfg = RopeConfig(16, layout="half")
+    store = to_io(cb, np.random.default_rng(6).standard_normal((2, 6, 6, 16)).astype(np.float32), "float32")
+    before, launched = bits(store).copy(), len(qkv_launches(host.control))
+    for q, k in ((store, store), (store[:, :, :4], store[:, :, 2:4])):
+        with pytest.raises(ValueError, match="q and k must not share memory"):
+            cb.apply_qk(q, k, cfg, axes="bshd", offset=0, inplace=True)
+    assert np.array_equal(bits(store), before)
+    assert len(qkv_launches(host.control)) == launched  # refused before any launch
+    cb.apply_qk(store[:, :, :4], store[:, :, 4:], cfg, axes="bshd", offset=0, inplace=True)  # disjoint
+    assert len(qkv_launches(host.control)) == launched + 1
+
+
 # -- packed qkv: q and k rotated, V bit for bit -----------------------------------------------------------
 
 
