@@ -1,0 +1,95 @@
+"""Issue 21: survivors of the fresh "fresh9" mutation sample (decay, tolerance, runner)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rope_ref.conformance import tolerance
+from rope_ref.conformance.case import Case
+from rope_ref.conformance.protocol import PrecisionPolicy
+
+from rope_ref import RopeConfig
+from rope_ref.decay import score_curve
+
+U16, U32 = 2.0**-11, 2.0**-24
+TINY16, TINY32 = 2.0**-14, 2.0**-126
+FP16_IO = PrecisionPolicy("float16", "float32", "float32")
+FP32 = PrecisionPolicy("float32", "float32", "float32")
+
+
+# -- decay: the pass-through channels of the sampled curve ------------------------------------------------
+
+
+def test_sampled_curve_averages_the_pass_through_product():
+    """k = q (correlation 1): the score at r = 0 is E|q|^2 = head_dim, 62 of its 64 from the channels
+    that are not rotated. The mean over 4000 samples has a standard deviation of sqrt(2 * 64 / 4000)."""
+    cfg = RopeConfig(64, layout="half", rotary_dim=2)
+    curve = score_curve(np.array([0.0, 7.0]), cfg, samples=4000, seed=3, correlation=1.0)
+    assert abs(curve[0] - 64.0) < 1.5
+    # Only pair 0 rotates (theta_0 = 1): the score moves by at most its mean power, about 2.
+    assert abs(curve[1] - curve[0]) < 5.0
+    # Half the correlation halves every part, the pass-through included (expectation rho * head_dim).
+    half = score_curve(np.array([0.0]), cfg, samples=4000, seed=3, correlation=0.5)
+    assert abs(half[0] - 32.0) < 1.5
+
+
+# -- tolerance ------------------------------------------------------------------------------------------
+
+
+def _at_half_allowance(case: Case, name: str, tol: np.ndarray, policy: PrecisionPolicy) -> None:
+    """Each element moved by half its documented allowance passes, with that ratio."""
+    expected = case.expected[name]
+    for flat in range(expected.size):
+        idx = np.unravel_index(flat, expected.shape)
+        got = {k: v.copy() for k, v in case.expected.items()}
+        got[name][idx] += 0.5 * tol[idx]
+        want = abs(got[name][idx] - expected[idx]) / tol[idx]
+        result = tolerance.compare_output(case, name, got[name], policy)[0]
+        assert result.passed and result.ratio == pytest.approx(want, rel=1e-9), (idx, result.describe())
+
+
+def test_trig_allowance_adds_the_io_floor_at_float16():
+    """trig rule: |A| (k_i |m theta_i| u_a + 8 u_r) + 4 tiny(io); with float16 I/O the floor, 4 * 2^-14,
+    is a quarter of the whole allowance at m = 0 (docs/tolerance.md)."""
+    cfg = {"head_dim": 8, "layout": "half", "base": 10000.0, "scaling": None}
+    theta = 10000.0 ** (-np.arange(4) / 4)
+    positions = np.array([0.0, 3.0])
+    ang = positions[:, None] * theta
+    case = Case("t-trig16", "cos_sin", cfg, {"positions": positions},
+                {"cos": np.cos(ang), "sin": np.sin(ang)}, "tables", "trig")  # fmt: skip
+    k = 8.0 + 2.0 * np.abs(np.log(theta))
+    tol = k * np.abs(ang) * U32 + 8 * (U16 + 2 * U32) + 4 * TINY16
+    _at_half_allowance(case, "cos", tol, FP16_IO)
+    _at_half_allowance(case, "sin", tol, FP16_IO)
+
+
+def test_a_flushed_subnormal_table_entry_passes():
+    """table rule: |v| k u_a + 4 tiny of the table dtype, so a float32 table may flush 1e-40 to zero."""
+    case = Case("t-flush", "inv_freq", None, {}, {"out": np.array([1.0, 1e-40])}, "tables", "table")
+    flushed = np.array([1.0, 0.0])
+    (result,) = tolerance.compare_output(case, "out", flushed, FP32)
+    assert result.passed, result.describe()
+    assert result.ratio == pytest.approx(1e-40 / (1e-40 * (8 + 2 * abs(np.log(1e-40))) * U32 + 4 * TINY32))
+    (wrong,) = tolerance.compare_output(case, "out", np.array([1.0, 1e-36]), FP32)  # 20x the floor
+    assert not wrong.passed
+
+
+def test_exact_elements_accept_only_the_rounding_to_the_declared_compute_dtype():
+    """float64 I/O computed in float32 (torchtune, MLX): a pass-through channel may come back as x
+    rounded to float32, and as nothing else, not even a smaller value."""
+    cfg = {"head_dim": 4, "layout": "half", "base": 10000.0, "scaling": None, "rotary_dim": 2}
+    x = np.array([[0.3, -0.7, 0.1, 1.0 / 3.0]])
+    pos = np.array([2.0])
+    c, s = np.cos(2.0), np.sin(2.0)
+    out = np.array([[0.3 * c + 0.7 * s, -0.7 * c + 0.3 * s, 0.1, 1.0 / 3.0]])
+    case = Case("t-alt", "apply", cfg, {"x": x, "positions": pos}, {"out": out}, "tables", "rotation")
+    policy = PrecisionPolicy("float64", "float32", "float32")
+    rounded = out.copy()
+    rounded[0, 3] = float(np.float32(1.0 / 3.0))
+    assert rounded[0, 3] != out[0, 3]
+    assert tolerance.compare_output(case, "out", rounded, policy)[0].passed
+    for wrong in (rounded[0, 3] - 1e-6, rounded[0, 3] + 1e-6, np.nextafter(rounded[0, 3], 0.0)):
+        got = rounded.copy()
+        got[0, 3] = wrong
+        result = tolerance.compare_output(case, "out", got, policy)[0]
+        assert not result.passed and result.ratio == np.inf, (wrong, result.describe())
