@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from _signals import interruptible
 from rope_ref.conformance import golden
 from rope_ref.conformance.safetensors_io import SafetensorsError, read_safetensors
 
@@ -126,6 +127,7 @@ def test_sigint_during_conformance_run_exits_130(tmp_path, small_set):
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=interruptible,
     )
     try:
         for _ in range(2):  # "backend: ..." and "golden: ...": the run has started

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _signals import interruptible
 from rope_ref.conformance import golden
 
 from rope_ref.cli import main
@@ -279,7 +280,11 @@ def _driver(tmp_path, point, k, out, preset=NEW):
     script.write_text(_DRIVER)
     argv = ["golden", "generate", "--preset", preset, "--out", str(out)]
     return subprocess.run(
-        [sys.executable, str(script), point, str(k), *argv], capture_output=True, text=True, timeout=120
+        [sys.executable, str(script), point, str(k), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=interruptible,
     )
 
 
@@ -321,6 +326,7 @@ def test_sigint_at_random_times_real_signal(tmp_path, refs):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=interruptible,
         )
         assert proc.stderr.readline() == "ready\n"  # imports done: main() handles the signal from here
         time.sleep(delay)

@@ -93,3 +93,30 @@ def test_exact_elements_accept_only_the_rounding_to_the_declared_compute_dtype()
         got[0, 3] = wrong
         result = tolerance.compare_output(case, "out", got, policy)[0]
         assert not result.passed and result.ratio == np.inf, (wrong, result.describe())
+
+
+# -- hf_config ------------------------------------------------------------------------------------------
+
+
+def test_rope_configs_from_hf_takes_layout_by_keyword_only():
+    from rope_ref.hf_config import rope_configs_from_hf
+
+    small = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8, "rope_theta": 1e4}
+    assert rope_configs_from_hf(small, layout="half") == {"default": RopeConfig(64, layout="half")}
+    with pytest.raises(TypeError):
+        rope_configs_from_hf(small, "half")
+
+
+def test_longrope_lists_longer_than_256_pairs_are_accepted():
+    """600 channels: 300 pairs, past CPython's cache of small ints (the length check compares values)."""
+    cfg = {"model_type": "phi3", "head_dim": 600, "hidden_size": 4800, "num_attention_heads": 8,
+           "max_position_embeddings": 8192, "original_max_position_embeddings": 4096,
+           "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 300, "long_factor": [2.0] * 300}}
+    got = RopeConfig.from_hf(cfg)
+    assert got.rotary_dim == 600 and len(got.scaling.long_factor) == 300
+
+
+def test_zero_attention_heads_is_a_value_error_naming_the_key():
+    cfg = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 0}
+    with pytest.raises(ValueError, match="num_attention_heads"):
+        RopeConfig.from_hf(cfg)
