@@ -120,3 +120,33 @@ def test_zero_attention_heads_is_a_value_error_naming_the_key():
     cfg = {"model_type": "llama", "hidden_size": 512, "num_attention_heads": 0}
     with pytest.raises(ValueError, match="num_attention_heads"):
         RopeConfig.from_hf(cfg)
+
+
+# -- fresh10 survivors -----------------------------------------------------------------------------------
+
+
+def test_table_rule_reads_the_op_name_by_value():
+    """An op name read from a manifest is an equal string, not the interned literal: the YaRN
+    (truncate=False) ramp term of inv_freq must still be added."""
+    scaling = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096,
+               "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+    cfg = {"head_dim": 32, "layout": "half", "base": 10000.0, "scaling": scaling}
+    theta = np.ones(16)
+    literal = Case("t", "inv_freq", cfg, {}, {"out": theta}, "scaling", "table")
+    loaded = Case("t", "".join(["inv", "_freq"]), cfg, {}, {"out": theta}, "scaling", "table")
+    plain = Case("t", "inv_freq", None, {}, {"out": theta}, "scaling", "table")
+    want = tolerance.element_tolerance(literal, "out", FP32).tol
+    assert np.any(want > tolerance.element_tolerance(plain, "out", FP32).tol)  # the ramp term is there
+    np.testing.assert_array_equal(tolerance.element_tolerance(loaded, "out", FP32).tol, want)
+
+
+def test_chatglm_apply_2d_options_are_keyword_only_and_scalars_are_refused():
+    from rope_ref.chatglm import apply_2d
+
+    x = np.ones((3, 8))
+    ids = np.arange(3)
+    assert apply_2d(x, ids, ids, base=500.0).shape == (3, 8)
+    with pytest.raises(TypeError):
+        apply_2d(x, ids, ids, 500.0)
+    with pytest.raises(ValueError, match=r"head_dim\) must be a positive multiple of 4"):
+        apply_2d(np.float64(1.0), 0, 0)
