@@ -150,3 +150,27 @@ def test_chatglm_apply_2d_options_are_keyword_only_and_scalars_are_refused():
         apply_2d(x, ids, ids, 500.0)
     with pytest.raises(ValueError, match=r"head_dim\) must be a positive multiple of 4"):
         apply_2d(np.float64(1.0), 0, 0)
+
+
+def test_interleaved_apply_reads_reversed_and_broadcast_channel_views():
+    """Interleaved pairs are viewed as complex numbers, which needs a unit channel stride: a view with a
+    negative or zero channel stride is copied first (its values, not its memory layout, count)."""
+    import rope_ref
+
+    cfg = RopeConfig(8, layout="interleaved")
+    x = np.random.default_rng(9).standard_normal((3, 8))
+    ids = np.array([0.0, 1.0, 70.0])
+    for view in (x[:, ::-1], np.broadcast_to(x[:1, :1], (3, 8))):
+        assert view.strides[-1] != view.itemsize
+        want = rope_ref.apply(np.ascontiguousarray(view), ids, cfg)
+        np.testing.assert_array_equal(rope_ref.apply(view, ids, cfg), want)
+
+
+def test_suite_report_failures_compare_the_status_by_value():
+    """Reports read back from JSON hold equal status strings, not the interned literals."""
+    from rope_ref.conformance.runner import CaseResult, SuiteReport
+
+    failed = CaseResult("c-1", "apply", "tables", "".join(["fail", "ed"]), kind="mismatch", message="m")
+    passed = CaseResult("c-2", "apply", "tables", "passed")
+    report = SuiteReport({"name": "x"}, [failed, passed], [], 0.0)
+    assert report.failures == [failed] and not report.ok
