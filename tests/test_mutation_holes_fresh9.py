@@ -8,6 +8,7 @@ from rope_ref.conformance import tolerance
 from rope_ref.conformance.case import Case
 from rope_ref.conformance.protocol import PrecisionPolicy
 
+import rope_ref
 from rope_ref import RopeConfig
 from rope_ref.decay import score_curve
 
@@ -174,3 +175,50 @@ def test_suite_report_failures_compare_the_status_by_value():
     passed = CaseResult("c-2", "apply", "tables", "passed")
     report = SuiteReport({"name": "x"}, [failed, passed], [], 0.0)
     assert report.failures == [failed] and not report.ok
+
+
+def test_dynamic_ntk_sees_length_one_for_position_zero_and_below():
+    """HF's rule seq_len = max(position) + 1, never below 1: with L0 = 1, position 0 is within the
+    original context (theta unchanged), and so are negative positions; position 1 is past it."""
+    import rope_ref
+    from rope_ref.frequencies import resolve_seq_len
+
+    cfg = rope_ref.RopeConfig(8, layout="half", scaling=rope_ref.DynamicNTK(2.0, 1))
+    assert resolve_seq_len(np.array([0.0]), cfg, None) == 1
+    assert resolve_seq_len(np.array([-3.0, -7.5]), cfg, None) == 1
+    assert resolve_seq_len(np.array([0.0, 1.0]), cfg, None) == 2
+    x = np.ones(8)
+    plain = rope_ref.RopeConfig(8, layout="half")
+    np.testing.assert_array_equal(rope_ref.apply(x, -2.0, cfg), rope_ref.apply(x, -2.0, plain))
+
+
+def _fresh(text: str) -> str:
+    """An equal string that is not the interned literal (as JSON-loaded configs give)."""
+    return "".join(list(text))
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_torch_kernels_compare_the_layout_by_value(layout):
+    """Every torch path (blocked eager, autograd Function, the functional reference, in place, the complex
+    view for interleaved float32) with a layout string that is equal to, not the same object as, the
+    literal gives the same bits as with the literal."""
+    torch = pytest.importorskip("torch", reason="the torch adapter needs torch")
+    from rope_ref.backends import torch as rt
+
+    literal = RopeConfig(8, layout=layout)
+    loaded = RopeConfig(8, layout=_fresh(layout))
+    assert loaded.layout is not layout
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn((2, 5, 3, 8), generator=gen)
+    ids = torch.arange(5) * 37
+    want = rt.apply(x, ids, literal, axes="bshd")
+    assert torch.equal(rt.apply(x, ids, loaded, axes="bshd"), want)
+    xg = x.clone().requires_grad_(True)  # the autograd path
+    assert torch.equal(rt.apply(xg, ids, loaded, axes="bshd").detach(), want)
+    native = rt.apply(xg, ids, loaded, axes="bshd", autograd="native")  # the functional reference
+    torch.testing.assert_close(native.detach(), want, rtol=0, atol=1e-6)
+    xi = x.clone()
+    rt.apply(xi, ids, loaded, axes="bshd", inplace=True)
+    assert torch.equal(xi, want)
+    expected = rope_ref.apply(x.double().numpy(), ids.double().numpy()[None, :, None], literal)
+    np.testing.assert_allclose(want.double().numpy(), expected, atol=1e-5)
