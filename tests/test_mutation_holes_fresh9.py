@@ -222,3 +222,26 @@ def test_torch_kernels_compare_the_layout_by_value(layout):
     assert torch.equal(xi, want)
     expected = rope_ref.apply(x.double().numpy(), ids.double().numpy()[None, :, None], literal)
     np.testing.assert_allclose(want.double().numpy(), expected, atol=1e-5)
+
+
+# -- chatglm: survivors of the run over every mutant of the module ----------------------------------------
+
+
+def test_chatglm_validation_edges():
+    from rope_ref.chatglm import apply_2d, fp16_cos_sin, next_position_ids
+
+    ids = np.array([[5, 6, 130001, 130004, 7]])
+    with pytest.raises(TypeError):
+        next_position_ids(ids, 130004)  # the token ids are keyword-only
+    with pytest.raises(ValueError, match=r"input_ids must have shape \(batch, seq\)"):
+        next_position_ids(ids[None])
+    with pytest.raises(ValueError, match="rotary_dim must be even"):
+        fp16_cos_sin(np.arange(3), rotary_dim=7)
+    cos, sin = fp16_cos_sin(np.arange(3))
+    assert cos.shape == sin.shape == (3, 64)  # the released model's rotary width is the default
+    # any base above 1 is a valid RoPE base, here 1.5: the table is finite, and cos^2 + sin^2 is 1
+    cos, sin = fp16_cos_sin(np.arange(3), rotary_dim=8, base=1.5)
+    np.testing.assert_allclose(cos.astype(np.float64) ** 2 + sin.astype(np.float64) ** 2, 1.0, atol=4e-3)
+    assert apply_2d(np.ones((2, 8)), [0, 1], [0, 0], base=1.5).shape == (2, 8)
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
+        apply_2d(np.ones((2, 8)), [0, 1], [0, 0], base=1.0)
