@@ -245,3 +245,78 @@ def test_chatglm_validation_edges():
     assert apply_2d(np.ones((2, 8)), [0, 1], [0, 0], base=1.5).shape == (2, 8)
     with pytest.raises(ValueError, match="base must be a finite number > 1"):
         apply_2d(np.ones((2, 8)), [0, 1], [0, 0], base=1.0)
+
+
+# -- fresh11 survivors ----------------------------------------------------------------------------------
+
+
+def test_rows_longer_than_a_block_are_blocked_one_row_each(monkeypatch):
+    """A row of 3 * 32768 elements is past the 2**16-element block: each block holds exactly one row."""
+    from rope_ref import rotation
+
+    seen = []
+    real = rotation._rotate_half_block
+
+    def recording(out, x, *rest):
+        seen.append(x.shape)
+        return real(out, x, *rest)
+
+    monkeypatch.setattr(rotation, "_rotate_half_block", recording)
+    x = np.ones((4, 3, 32768))
+    rope_ref.apply(x, np.arange(4.0)[:, None], RopeConfig(32768, layout="half"))
+    assert seen == [(1, 3, 32768)] * 4
+
+
+def test_empty_positions_with_a_length_dependent_scaling():
+    from rope_ref.frequencies import resolve_seq_len
+
+    cfg = RopeConfig(8, layout="half", scaling=rope_ref.DynamicNTK(2.0, 16))
+    assert resolve_seq_len(np.zeros(0), cfg, None) is None
+    assert rope_ref.apply(np.zeros((0, 8)), np.zeros(0), cfg).shape == (0, 8)
+
+
+def test_angles_and_cos_sin_take_their_options_by_keyword_only():
+    cfg = RopeConfig(8, layout="half")
+    pos = [1.0, 2.0]
+    np.testing.assert_array_equal(rope_ref.angles(pos, cfg, seq_len=4), rope_ref.angles(pos, cfg))
+    for func in (rope_ref.angles, rope_ref.cos_sin):
+        with pytest.raises(TypeError):
+            func([1.0, 2.0], cfg, 4)
+
+
+def test_comparisons_are_immutable_values():
+    import dataclasses
+
+    c = tolerance._worst("out", np.zeros(2), np.array([0.5, 0.0]), np.ones(2), np.zeros(2, dtype=bool))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.passed = False
+    assert hash(c) == hash(dataclasses.replace(c))
+
+
+def test_a_table_case_of_unexpected_rank_gets_no_ramp_term():
+    """The YaRN ramp term belongs to the 1-D inv_freq table; an inv_freq case holding a 2-D array (not
+    one the catalogue writes) gets the plain table allowance instead of a misaligned term."""
+    scaling = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096,
+               "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+    cfg = {"head_dim": 32, "layout": "half", "base": 10000.0, "scaling": scaling}
+    values = np.full((2, 16), 0.5)
+    case = Case("t", "inv_freq", cfg, {}, {"out": values}, "scaling", "table")
+    tol = tolerance.element_tolerance(case, "out", FP32).tol
+    plain = Case("t", "inv_freq", None, {}, {"out": values}, "scaling", "table")
+    np.testing.assert_array_equal(tol, tolerance.element_tolerance(plain, "out", FP32).tol)
+
+
+def test_torch_interleaved_view_with_an_odd_leading_stride():
+    """(2, 8) float32 cut from a (2, 9) buffer: the row stride 9 is odd, so the pairs cannot be viewed as
+    complex numbers; the blocked kernel must serve it, with the values of a contiguous copy (which takes
+    the complex multiply, so the two may differ in the last bit)."""
+    torch = pytest.importorskip("torch", reason="the torch adapter needs torch")
+    from rope_ref.backends import torch as rt
+
+    cfg = RopeConfig(8, layout="interleaved")
+    buf = torch.randn((2, 9), generator=torch.Generator().manual_seed(3))
+    view = buf[:, :8]
+    assert view.stride() == (9, 1)
+    ids = torch.tensor([3, 40])
+    want = rt.apply(view.contiguous(), ids, cfg, axes="sd")
+    torch.testing.assert_close(rt.apply(view, ids, cfg, axes="sd"), want, rtol=4e-7, atol=1e-7)
