@@ -320,3 +320,11 @@ def test_torch_interleaved_view_with_an_odd_leading_stride():
     ids = torch.tensor([3, 40])
     want = rt.apply(view.contiguous(), ids, cfg, axes="sd")
     torch.testing.assert_close(rt.apply(view, ids, cfg, axes="sd"), want, rtol=4e-7, atol=1e-7)
+
+
+def test_default_bases_of_the_model_types_with_their_own():
+    """transformers' config defaults (read from Llama4TextConfig, MixtralConfig, CohereConfig of
+    transformers 5.23: rope_parameters["rope_theta"]) when a config has no rope_theta."""
+    bare = {"hidden_size": 512, "num_attention_heads": 8}
+    for model_type, base in (("llama4", 5e5), ("llama4_text", 5e5), ("mixtral", 1e6), ("cohere", 5e5)):
+        assert RopeConfig.from_hf(dict(bare, model_type=model_type)).base == base, model_type
