@@ -328,3 +328,11 @@ def test_default_bases_of_the_model_types_with_their_own():
     bare = {"hidden_size": 512, "num_attention_heads": 8}
     for model_type, base in (("llama4", 5e5), ("llama4_text", 5e5), ("mixtral", 1e6), ("cohere", 5e5)):
         assert RopeConfig.from_hf(dict(bare, model_type=model_type)).base == base, model_type
+
+
+def test_exactly_max_samples_is_within_the_limit():
+    """10**7 samples is allowed (the limit is inclusive): with q and k also given, the error is the
+    conflict of arguments, not the limit, and no sample is drawn."""
+    cfg = RopeConfig(8, layout="half")
+    with pytest.raises(ValueError, match="pass either q and k, or samples > 0, not both"):
+        score_curve([0.0], cfg, np.ones(8), np.ones(8), samples=10_000_000)
