@@ -336,3 +336,24 @@ def test_exactly_max_samples_is_within_the_limit():
     cfg = RopeConfig(8, layout="half")
     with pytest.raises(ValueError, match="pass either q and k, or samples > 0, not both"):
         score_curve([0.0], cfg, np.ones(8), np.ones(8), samples=10_000_000)
+
+
+# -- fresh13 survivors ----------------------------------------------------------------------------------
+
+
+def test_longrope_factors_must_be_positive():
+    for bad in (0.0, -0.5):
+        with pytest.raises(ValueError, match=r"short_factor\[1\] must be > 0"):
+            rope_ref.LongRoPE([1.0, bad], [1.0, 2.0], 4096)
+
+
+def test_a_one_token_original_context_is_accepted_from_hf():
+    from rope_ref.scaling import scaling_from_hf
+
+    got = scaling_from_hf({"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=1)
+    assert got == rope_ref.DynamicNTK(2.0, 1)
+
+
+def test_negative_sample_counts_are_refused():
+    with pytest.raises(ValueError, match="samples"):
+        score_curve([0.0, 1.0], RopeConfig(8, layout="half"), samples=-1)
