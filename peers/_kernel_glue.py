@@ -97,21 +97,34 @@ def _positions(axes, shape, cfg, peer, positions, offset, cu_seqlens, start_offs
 
 
 class KernelShapes:
-    """Issue 16's ``apply_axes`` / ``apply_qk`` / ``apply_qkv`` for a CPU peer (out of place).
+    """Issue 16's ``apply_axes`` / ``apply_qk`` / ``apply_qkv`` for a peer, CPU or GPU.
 
-    Checks the arguments, reads the positions (``gpu_peers._positions``: a ``(B, S)`` or ``(T,)`` id grid,
-    the offset, ``cu_seqlens`` and start offsets as given) and calls ``_k_axes(x, cfg, axes, p, inverse)``
-    and ``_k_qk(q, k, cfg, axes, p, inverse)`` (default: ``_k_axes`` on each). ``kernel_cannot`` maps an
-    operation the library has no call for to the reason (reported unsupported, reason "operation").
+    Checks the arguments, reads the positions (:func:`_positions`: a ``(B, S)`` or ``(T,)`` id grid, the
+    offset, ``cu_seqlens`` and start offsets as given) and hands them to the library hooks
+    ``_rotate_axes``, ``_rotate_qk`` and ``_rotate_qkv``. The CPU peers rotate out of place and implement
+    ``_k_axes(x, cfg, axes, p, inverse)`` (and optionally ``_k_qk``); ``kernel_cannot`` maps an operation
+    the library has no call for to the reason (reported unsupported, reason "operation"). A peer that
+    runs operations in place lists them in ``inplace_ops`` and overrides ``_no_call`` and
+    ``_not_in_place`` for its own wording (:class:`gpu_peers.GpuPeer`).
     """
 
     kernel_cannot: dict[str, str] = {}
 
-    def _kernel(self, op: str, main, axes: str, inplace: bool, cfg, forms: dict):
-        if op in self.kernel_cannot:
-            raise Unsupported(self.kernel_cannot[op], "operation")
-        if inplace:
-            raise Unsupported(f"{self.peer} rotates out of place", "operation")
+    def _no_call(self, op: str) -> str | None:
+        """Why the library has no call for ``op`` (None when it has one)."""
+        default = f"{self.peer} has no packed-qkv call" if op == "apply_qkv" else None
+        return self.kernel_cannot.get(op, default)
+
+    def _not_in_place(self, op: str) -> str:
+        return f"{self.peer} rotates out of place"
+
+    def _kernel(self, op: str, main, axes: str, inplace: bool, cfg, forms: dict) -> _Positions:
+        """Checks shared by the three operations; the case's positions in the kernel's terms."""
+        reason = self._no_call(op)
+        if reason is not None:
+            raise Unsupported(reason, "operation")
+        if inplace and op not in self.inplace_ops:
+            raise Unsupported(self._not_in_place(op), "operation")
         if axes not in _AXES or len(axes) != len(main.shape):
             raise ValueError(f"axes must be one of {_AXES} matching x.ndim={len(main.shape)}, got {axes!r}")
         if main.shape[-1] != cfg.head_dim:
@@ -142,7 +155,7 @@ class KernelShapes:
             seq_len=seq_len,
         )
         p = self._kernel("apply_axes", x, axes, inplace, cfg, forms)
-        return self._k_axes(x, cfg, axes, p, bool(inverse))
+        return self._rotate_axes(x, cfg, axes, p, bool(inverse), bool(inplace))
 
     def apply_qk(
         self,
@@ -170,12 +183,51 @@ class KernelShapes:
         )
         p = self._kernel("apply_qk", q, axes, inplace, cfg, forms)
         qk_head_axis(tuple(q.shape), tuple(k.shape), axes)
-        return self._k_qk(q, k, cfg, axes, p, bool(inverse))
+        return self._rotate_qk(q, k, cfg, axes, p, bool(inverse), bool(inplace))
 
-    def apply_qkv(self, qkv, cfg, *, axes, num_heads_q, num_heads_kv, inplace=False, **_: Any):
-        raise Unsupported(
-            self.kernel_cannot.get("apply_qkv", f"{self.peer} has no packed-qkv call"), "operation"
+    def apply_qkv(
+        self,
+        qkv,
+        cfg,
+        *,
+        axes,
+        num_heads_q,
+        num_heads_kv,
+        positions=None,
+        offset=None,
+        cu_seqlens=None,
+        start_offsets=None,
+        max_seqlen=None,
+        inverse=False,
+        inplace=False,
+        seq_len=None,
+    ):
+        forms = dict(
+            positions=positions,
+            offset=offset,
+            cu_seqlens=cu_seqlens,
+            start_offsets=start_offsets,
+            max_seqlen=max_seqlen,
+            seq_len=seq_len,
         )
+        p = self._kernel("apply_qkv", qkv, axes, inplace, cfg, forms)
+        hq, hk = int(num_heads_q), int(num_heads_kv)
+        if hk <= 0 or hq % hk or qkv.shape[axes.index("h")] != hq + 2 * hk:
+            raise ValueError(
+                f"num_heads_q={hq}, num_heads_kv={hk}: the head axis ({qkv.shape[axes.index('h')]}) must "
+                "hold num_heads_q + 2 * num_heads_kv heads, num_heads_kv dividing num_heads_q"
+            )
+        return self._rotate_qkv(qkv, cfg, axes, hq, hk, p, bool(inverse), bool(inplace))
+
+    # -- library hooks (the CPU peers' defaults: out of place, through _k_axes / _k_qk) ------------------
+    def _rotate_axes(self, x, cfg, axes, p, inverse, inplace):
+        return self._k_axes(x, cfg, axes, p, inverse)
+
+    def _rotate_qk(self, q, k, cfg, axes, p, inverse, inplace):
+        return self._k_qk(q, k, cfg, axes, p, inverse)
+
+    def _rotate_qkv(self, qkv, cfg, axes, hq, hk, p, inverse, inplace):
+        raise Unsupported(f"{self.peer} has no packed-qkv call", "operation")
 
     def _k_qk(self, q, k, cfg, axes, p, inverse):
         return self._k_axes(q, cfg, axes, p, inverse), self._k_axes(k, cfg, axes, p, inverse)

@@ -56,10 +56,8 @@ from typing import Any
 import numpy as np
 from rope_ref.conformance.protocol import PrecisionPolicy
 
-from rope_ref.axes import qk_head_axis
-
 from ._glue import OPS, Peer, Unsupported, integer_positions, tokens
-from ._kernel_glue import _Positions, _positions
+from ._kernel_glue import KernelShapes, _Positions
 
 __all__ = ["GpuPeer", "make_backend", "available", "KERNEL_SUPPORT"]
 
@@ -73,7 +71,6 @@ _IMPORT = {
 _VLLM_OPS = "vllm._custom_ops"
 _ORACLE_TABLES = {"flash-attn", "liger-kernel"}
 _KERNEL_OPS = ("apply_axes", "apply_qk", "apply_qkv", "round_trip")
-_AXES = ("bshd", "bhsd", "sbhd", "thd")
 
 #: library -> the kernel-shape operations its documented API expresses
 KERNEL_SUPPORT = {
@@ -229,7 +226,7 @@ def _rows2(t3, inplace: bool, peer: str):
         raise Unsupported(f"{peer} in place needs each token's heads contiguous (H * D per row)") from None
 
 
-class GpuPeer(Peer):
+class GpuPeer(KernelShapes, Peer):
     precisions = ("fp32", "fp16", "bf16")
 
     def __init__(
@@ -352,106 +349,20 @@ class GpuPeer(Peer):
         return self.torch_vjp(x, positions, cfg, grad_out, seq_len)
 
     # -- the shapes real kernels see (issue 16) --------------------------------------------------------------
-    def _kernel(self, op: str, main, axes: str, inplace: bool, cfg, forms: dict) -> _Positions:
-        """Checks shared by the three operations; the case's positions in the kernel's terms."""
-        if op not in KERNEL_SUPPORT[self.library]:
-            raise Unsupported(_NO_CALL[self.library], "operation")
-        if inplace and op not in self.inplace_ops:
-            raise Unsupported(f"{self.library} does not run {op} in place", "operation")
-        if axes not in _AXES or len(axes) != main.ndim:
-            raise ValueError(f"axes must be one of {_AXES} matching x.ndim={main.ndim}, got {axes!r}")
-        if main.shape[-1] != cfg.head_dim:
-            raise ValueError(f"last axis {main.shape[-1]} is not head_dim {cfg.head_dim}")
-        return _positions(axes, tuple(main.shape), cfg, self.library, **forms)
+    def _no_call(self, op: str) -> str | None:
+        return None if op in KERNEL_SUPPORT[self.library] else _NO_CALL[self.library]
 
-    def apply_axes(
-        self,
-        x,
-        cfg,
-        *,
-        axes,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        forms = dict(
-            positions=positions,
-            offset=offset,
-            cu_seqlens=cu_seqlens,
-            start_offsets=start_offsets,
-            max_seqlen=max_seqlen,
-            seq_len=seq_len,
-        )
-        p = self._kernel("apply_axes", x, axes, inplace, cfg, forms)
-        return getattr(self, f"_{_SHORT[self.library]}_axes")(x, cfg, axes, p, bool(inverse), bool(inplace))
+    def _not_in_place(self, op: str) -> str:
+        return f"{self.library} does not run {op} in place"
 
-    def apply_qk(
-        self,
-        q,
-        k,
-        cfg,
-        *,
-        axes,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        forms = dict(
-            positions=positions,
-            offset=offset,
-            cu_seqlens=cu_seqlens,
-            start_offsets=start_offsets,
-            max_seqlen=max_seqlen,
-            seq_len=seq_len,
-        )
-        p = self._kernel("apply_qk", q, axes, inplace, cfg, forms)
-        qk_head_axis(tuple(q.shape), tuple(k.shape), axes)
-        return getattr(self, f"_{_SHORT[self.library]}_qk")(q, k, cfg, axes, p, bool(inverse), bool(inplace))
+    def _rotate_axes(self, x, cfg, axes, p, inverse, inplace):
+        return getattr(self, f"_{_SHORT[self.library]}_axes")(x, cfg, axes, p, inverse, inplace)
 
-    def apply_qkv(
-        self,
-        qkv,
-        cfg,
-        *,
-        axes,
-        num_heads_q,
-        num_heads_kv,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        forms = dict(
-            positions=positions,
-            offset=offset,
-            cu_seqlens=cu_seqlens,
-            start_offsets=start_offsets,
-            max_seqlen=max_seqlen,
-            seq_len=seq_len,
-        )
-        p = self._kernel("apply_qkv", qkv, axes, inplace, cfg, forms)
-        hq, hk = int(num_heads_q), int(num_heads_kv)
-        if hk <= 0 or hq % hk or qkv.shape[axes.index("h")] != hq + 2 * hk:
-            raise ValueError(
-                f"num_heads_q={hq}, num_heads_kv={hk}: the head axis ({qkv.shape[axes.index('h')]}) must "
-                "hold num_heads_q + 2 * num_heads_kv heads, num_heads_kv dividing num_heads_q"
-            )
-        fn = getattr(self, f"_{_SHORT[self.library]}_qkv")
-        return fn(qkv, cfg, axes, hq, hk, p, bool(inverse), bool(inplace))
+    def _rotate_qk(self, q, k, cfg, axes, p, inverse, inplace):
+        return getattr(self, f"_{_SHORT[self.library]}_qk")(q, k, cfg, axes, p, inverse, inplace)
+
+    def _rotate_qkv(self, qkv, cfg, axes, hq, hk, p, inverse, inplace):
+        return getattr(self, f"_{_SHORT[self.library]}_qkv")(qkv, cfg, axes, hq, hk, p, inverse, inplace)
 
     # flash-attn ---------------------------------------------------------------------------------------------
     def _fa_prepare(self, p: _Positions, cfg, dtype, inverse: bool, fn):
