@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -159,18 +160,11 @@ def collapse_dims(
 
 
 @dataclass(frozen=True)
-class ApplyPlan:
-    """One launch of an apply kernel: the packed shape, the scalar parameters, grid and block."""
+class _Launch:
+    """What every launch plan holds: the kernel, the channel split (pairs rotated, channels passed
+    through, layout, whether the launch copies the pass-through channels), block and grid."""
 
     kernel: str
-    n_outer: int
-    outer_sizes: tuple[int, ...]
-    outer_x: tuple[int, ...]
-    outer_out: tuple[int, ...]
-    outer_pos: tuple[int, ...]
-    inner_sizes: tuple[int, int]
-    inner_x: tuple[int, int]
-    inner_out: tuple[int, int]
     n_pairs: int
     n_pass: int
     half_layout: bool
@@ -182,6 +176,20 @@ class ApplyPlan:
     def lanes(self) -> int:
         """Threads' work items per row: one per rotated pair, plus one per copied channel."""
         return self.n_pairs + (self.n_pass if self.copy_pass else 0)
+
+
+@dataclass(frozen=True)
+class ApplyPlan(_Launch):
+    """One launch of an apply kernel: the packed shape, the scalar parameters, grid and block."""
+
+    n_outer: int
+    outer_sizes: tuple[int, ...]
+    outer_x: tuple[int, ...]
+    outer_out: tuple[int, ...]
+    outer_pos: tuple[int, ...]
+    inner_sizes: tuple[int, int]
+    inner_x: tuple[int, int]
+    inner_out: tuple[int, int]
 
     def shape_values(self) -> tuple[int, ...]:
         """The ``RopeShape`` fields in declaration order (see :data:`SHAPE_FIELDS`)."""
@@ -199,6 +207,22 @@ def _block_and_grid(lanes: int, n_outer: int) -> tuple[tuple[int, int, int], tup
     by = max(1, BLOCK_THREADS // bx)
     gx = max(1, min(-(-n_outer // by), MAX_GRID_X))
     return (bx, by, 1), (gx, 1, 1)
+
+
+def _channels(head_dim: int, rotary_dim: int, layout: str, inplace: bool) -> dict[str, Any]:
+    """The channel fields of a plan (pairs rotated, channels passed through, layout, whether the launch
+    copies the pass-through channels); ``ValueError`` for a bad ``layout`` or ``rotary_dim``."""
+    if layout not in ("half", "interleaved"):
+        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+    if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be even and in 2..head_dim={head_dim}, got {rotary_dim}")
+    n_pass = head_dim - rotary_dim
+    return {
+        "n_pairs": rotary_dim // 2,
+        "n_pass": n_pass,
+        "half_layout": layout == "half",
+        "copy_pass": n_pass > 0 and not inplace,
+    }
 
 
 def plan_apply(
@@ -225,10 +249,7 @@ def plan_apply(
     x_shape = tuple(int(n) for n in x_shape)
     if len(x_shape) == 0 or x_shape[-1] != head_dim:
         raise ValueError(f"x.shape[-1] must equal head_dim={head_dim}, got x.shape={x_shape}")
-    if layout not in ("half", "interleaved"):
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-    if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim must be even and in 2..head_dim={head_dim}, got {rotary_dim}")
+    channels = _channels(head_dim, rotary_dim, layout, inplace)
     if x_shape[-1] > 1 and x_strides[-1] != 1:
         raise ValueError(f"x must be contiguous along its last axis, got element strides {tuple(x_strides)}")
     if x_shape[-1] > 1 and out_strides[-1] != 1:
@@ -242,10 +263,7 @@ def plan_apply(
         )
     ps = broadcast_strides(pos_shape, pos_strides, lead)
     sizes, (xs, os_, pss) = collapse_dims(lead, (tuple(x_strides[:-1]), tuple(out_strides[:-1]), ps))
-    n_pairs = rotary_dim // 2
-    n_pass = head_dim - rotary_dim
-    copy_pass = n_pass > 0 and not inplace
-    lanes = n_pairs + (n_pass if copy_pass else 0)
+    lanes = channels["n_pairs"] + (channels["n_pass"] if channels["copy_pass"] else 0)
 
     # Axes along which positions do not vary are looped inside the thread (angle reused).
     inner = [i for i in range(len(sizes)) if pss[i] == 0]
@@ -284,12 +302,9 @@ def plan_apply(
         inner_sizes=inner_sizes,  # type: ignore[arg-type]
         inner_x=inner_x,  # type: ignore[arg-type]
         inner_out=inner_out,  # type: ignore[arg-type]
-        n_pairs=n_pairs,
-        n_pass=n_pass,
-        half_layout=layout == "half",
-        copy_pass=copy_pass,
         block=block,
         grid=grid,
+        **channels,
     )
 
 
@@ -426,10 +441,9 @@ class QkvPart:
 
 
 @dataclass(frozen=True)
-class QkvPlan:
+class QkvPlan(_Launch):
     """One launch of a ``rope_qkv_apply_*`` kernel."""
 
-    kernel: str
     n_b: int
     n_s: int
     heads: tuple[int, int, int]
@@ -437,16 +451,6 @@ class QkvPlan:
     out_strides: tuple[int, ...]
     n_chunks: int
     chunk_heads: int
-    n_pairs: int
-    n_pass: int
-    half_layout: bool
-    copy_pass: bool
-    block: tuple[int, int, int]
-    grid: tuple[int, int, int]
-
-    @property
-    def lanes(self) -> int:
-        return self.n_pairs + (self.n_pass if self.copy_pass else 0)
 
     @property
     def n_rows(self) -> int:
@@ -486,10 +490,7 @@ def plan_qkv(
         )
     if not 1 <= len(parts) <= QKV_PARTS:
         raise ValueError(f"a launch takes 1 to {QKV_PARTS} tensors, got {len(parts)}")
-    if layout not in ("half", "interleaved"):
-        raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
-    if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim must be even and in 2..head_dim={head_dim}, got {rotary_dim}")
+    channels = _channels(head_dim, rotary_dim, layout, inplace)
     n_b, n_s = parts[0].sizes[0], parts[0].sizes[1]
     for part in parts:
         if part.sizes[3] != head_dim:
@@ -505,10 +506,7 @@ def plan_qkv(
     pad = ((0, 0, 0, 0),) * (QKV_PARTS - len(parts))
     x_st = sum((p.x_strides for p in parts), ()) + sum(pad, ())
     o_st = sum((p.out_strides for p in parts), ()) + sum(pad, ())
-    n_pairs = rotary_dim // 2
-    n_pass = head_dim - rotary_dim
-    copy_pass = n_pass > 0 and not inplace
-    lanes = n_pairs + (n_pass if copy_pass else 0)
+    lanes = channels["n_pairs"] + (channels["n_pass"] if channels["copy_pass"] else 0)
     total = sum(heads)
     tokens = n_b * n_s
     chunks = 1
@@ -526,12 +524,9 @@ def plan_qkv(
         out_strides=o_st,
         n_chunks=n_chunks,
         chunk_heads=chunk_heads,
-        n_pairs=n_pairs,
-        n_pass=n_pass,
-        half_layout=layout == "half",
-        copy_pass=copy_pass,
         block=block,
         grid=grid,
+        **channels,
     )
 
 

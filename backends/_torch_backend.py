@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from rope_ref.conformance.protocol import (
     Backend,
+    KernelCall,
+    KernelShapeCalls,
     NextPositionIdsFromFullIds,
     PrecisionPolicy,
     canonical_dtype,
@@ -15,12 +17,14 @@ from rope_ref.conformance.protocol import (
 
 import rope_ref
 
-from ._torch_core import freq_table
-from ._torch_extras import chatglm_apply_2d, chatglm_position_ids, decay_upper_bound
-from ._torch_kernels import apply as _apply_axes
+from ._torch_chatglm import chatglm_apply_2d, chatglm_position_ids
+from ._torch_checks import check_autograd
+from ._torch_decay import decay_upper_bound
+from ._torch_kernels import apply
 from ._torch_kernels import apply_qk as _apply_qk
 from ._torch_kernels import apply_qkv as _apply_qkv
-from ._torch_module import RotaryEmbedding, apply
+from ._torch_module import RotaryEmbedding
+from ._torch_tables import freq_table
 from ._torch_triton import check_kernel
 
 __all__ = ["TorchBackend", "POLICIES"]
@@ -41,14 +45,15 @@ POLICIES = {
 }
 
 
-class TorchBackend(NextPositionIdsFromFullIds, Backend):
+class TorchBackend(KernelShapeCalls, NextPositionIdsFromFullIds, Backend):
     """This adapter behind the conformance protocol; every per-position computation is torch.
 
     ``apply_vjp`` runs real autograd through :class:`RotateFunction` (``autograd="function"``) or plain
     autograd (``"native"``). ``kernel`` picks the rotation kernel (``"torch"`` or ``"triton"``); the
     Triton kernel's names are ``torch:triton`` (CUDA) and, under Triton's interpreter, ``torch+triton``.
-    The issue-16 operations (``apply_axes``, ``apply_qk``, ``apply_qkv``, all three also in place) call
-    :mod:`._torch_kernels` directly on the views the runner hands, under the same policy as ``apply``.
+    The issue-16 operations (``apply_axes``, ``apply_qk``, ``apply_qkv``, all three also in place; their
+    keywords bundled by :class:`KernelShapeCalls`) call :mod:`._torch_kernels` directly on the views the
+    runner hands, under the same policy as ``apply``.
     """
 
     name = "torch"
@@ -74,9 +79,7 @@ class TorchBackend(NextPositionIdsFromFullIds, Backend):
             self.name = "torch" if kernel == "torch" else f"torch+{kernel}"
         else:
             self.name = f"torch:{self._device.type}" if kernel == "torch" else f"torch:{kernel}"
-        if autograd not in ("function", "native"):
-            raise ValueError(f"autograd must be 'function' or 'native', got {autograd!r}")
-        self.autograd = autograd
+        self.autograd = check_autograd(autograd)
 
     # -- conversion ----------------------------------------------------------------------------------
     def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> torch.Tensor:
@@ -195,80 +198,23 @@ class TorchBackend(NextPositionIdsFromFullIds, Backend):
     #: ``inplace=True`` writes through the handed views (q and k may be slices of one packed buffer).
     inplace_ops = frozenset({"apply_axes", "apply_qk", "apply_qkv"})
 
-    def _kernel_kw(
-        self, axes, positions, offset, cu_seqlens, start_offsets, inverse, inplace, seq_len
-    ) -> dict[str, Any]:
+    def _kernel_kw(self, call: KernelCall) -> dict[str, Any]:
         """Keywords of the issue-16 kernels: the call's positions form and flags, this backend's policy.
 
         ``max_seqlen`` is not among them: the kernels find each token's sequence from ``cu_seqlens``.
         The compute dtype is the kernels' default, float32 for float16/bfloat16 and the input dtype
         otherwise, which is what :data:`POLICIES` declares (as :meth:`apply`).
         """
-        return {
-            "positions": positions,
-            "axes": axes,
-            "offset": offset,
-            "cu_seqlens": cu_seqlens,
-            "start_offsets": start_offsets,
-            "inverse": inverse,
-            "inplace": inplace,
-            "seq_len": seq_len,
-            **self._options(),
-        }
+        kw = call.keywords()
+        del kw["max_seqlen"]
+        return {**kw, **self._options()}
 
-    def apply_axes(
-        self,
-        x,
-        cfg,
-        *,
-        axes,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        kw = self._kernel_kw(axes, positions, offset, cu_seqlens, start_offsets, inverse, inplace, seq_len)
-        return _apply_axes(x, cfg=cfg, **kw)
+    def _axes_call(self, x, cfg, call):
+        return apply(x, cfg=cfg, **self._kernel_kw(call))
 
-    def apply_qk(
-        self,
-        q,
-        k,
-        cfg,
-        *,
-        axes,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        kw = self._kernel_kw(axes, positions, offset, cu_seqlens, start_offsets, inverse, inplace, seq_len)
-        return _apply_qk(q, k, cfg=cfg, **kw)
+    def _qk_call(self, q, k, cfg, call):
+        return _apply_qk(q, k, cfg=cfg, **self._kernel_kw(call))
 
-    def apply_qkv(
-        self,
-        qkv,
-        cfg,
-        *,
-        axes,
-        num_heads_q,
-        num_heads_kv,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        kw = self._kernel_kw(axes, positions, offset, cu_seqlens, start_offsets, inverse, inplace, seq_len)
+    def _qkv_call(self, qkv, cfg, num_heads_q, num_heads_kv, call):
+        kw = self._kernel_kw(call)
         return _apply_qkv(qkv, cfg=cfg, num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, **kw)

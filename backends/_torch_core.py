@@ -1,253 +1,44 @@
-"""The torch RoPE kernels: frequency table, cos/sin, rotation and its autograd Function.
-
-Everything per position (angles, cos/sin, the rotation) is native torch. The *frequency table*
-(``rotary_dim / 2`` numbers) comes from the oracle's formulas in float64 (:func:`rope_ref.inv_freq`,
-:func:`rope_ref.attention_factor`) and is then rounded once to the angle dtype, so every scaling type
-(linear, NTK, dynamic NTK, YaRN, Llama 3, LongRoPE) is exactly the oracle's.
+"""The torch adapter's rotation: RoFormer eq. 34 kernels, the kernel choice and the autograd Function.
 
 The rotation is RoFormer (arXiv 2104.09864) eq. 34 for each channel pair (a, b):
 ``y_a = x_a cos - x_b sin``, ``y_b = x_b cos + x_a sin``; pairs follow the layout
 (``"half"``: (i, i + rd/2), HF ``rotate_half``; ``"interleaved"``: (2i, 2i+1), GPT-J / Meta LLaMA).
+It comes in three forms: the functional reference (what ``torch.compile`` fuses and plain autograd
+differentiates), the eager passes (any device, the autograd Function's kernel) and the blocked eager
+CPU kernel (in place or out of place, through strides). :func:`rotate_tables` picks one; ``_BLOCK_BYTES``
+sizes the blocks of both eager kernels.
+
+The checks and tables that used to live here are re-exported from :mod:`._torch_checks` and
+:mod:`._torch_tables` (the old import path of the tests).
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-from typing import Any
-
-import numpy as np
 import torch
 
-import rope_ref
-from rope_ref.config import RopeConfig
-from rope_ref.frequencies import resolve_seq_len
-
+# The old import path of the checks and tables (tests import them from here; they live in
+# _torch_checks and _torch_tables).
+from ._torch_checks import *  # noqa: F403
+from ._torch_checks import check_autograd
+from ._torch_tables import *  # noqa: F403
+from ._torch_tables import _CONFIG_KEYS, _CONFIGS, _config_key, _freq_table_op, _length_free  # noqa: F401
 from ._torch_triton import check_kernel, check_triton, rotate_triton
 
 __all__ = [
-    "FLOAT_DTYPES",
-    "check_config",
-    "check_x",
-    "as_positions",
-    "check_broadcast",
-    "resolve_compute_dtype",
-    "check_angle_dtype",
-    "seq_len_of",
-    "freq_constants",
-    "freq_table",
-    "angle_tables",
-    "expand_tables",
-    "rotate_tables",
     "rotate_reference",
+    "RotateFunction",
+    "EagerTables",
+    "eager_cpu",
+    "rotate_blocked",
+    "rotate_tables",
 ]
 
-FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
-_ANGLE_DTYPES = (torch.float32, torch.float64)
 # Bytes of output per block of the CPU rotation's in-place passes. 4 MiB blocks (L3-resident) ran
 # 9-25% faster than L2-sized 1 MiB blocks on the 2-core CI VM (docs/performance.md).
 _BLOCK_BYTES = 1 << 22
 
 
-# -- validation -----------------------------------------------------------------------------------
-
-
-def check_config(cfg: Any) -> RopeConfig:
-    if not isinstance(cfg, RopeConfig):
-        raise TypeError(f"cfg must be a rope_ref.RopeConfig, got {type(cfg).__name__}")
-    return cfg
-
-
-def check_x(x: Any, head_dim: int | None, name: str = "x") -> torch.Tensor:
-    """``x`` must be a floating torch tensor whose last axis is ``head_dim`` (when given)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must have a real floating dtype {FLOAT_DTYPES}, got {x.dtype}")
-    if x.ndim == 0 or (head_dim is not None and x.shape[-1] != head_dim):
-        raise ValueError(
-            f"{name}.shape[-1] must equal head_dim={head_dim}, got {name}.shape={tuple(x.shape)}"
-        )
-    return x
-
-
-def as_positions(positions: Any, device: torch.device, name: str = "positions") -> torch.Tensor:
-    """Positions as a tensor on ``device``: integer (any width) or real floating; never bool/complex.
-
-    Real positions must be finite (checked eagerly; skipped while ``torch.compile`` traces, where a
-    data-dependent check would break the graph).
-    """
-    if isinstance(positions, torch.Tensor):
-        pos = positions
-    elif isinstance(positions, (bool, np.bool_)) or positions is None or isinstance(positions, (str, bytes)):
-        raise TypeError(f"{name} must be integer or real positions, got {type(positions).__name__}")
-    else:
-        arr = np.asarray(positions)
-        if arr.dtype.kind not in "iuf":
-            raise TypeError(f"{name} must be integer or real positions, got dtype {arr.dtype}")
-        pos = torch.as_tensor(arr)
-    if pos.dtype == torch.bool or pos.is_complex():
-        raise TypeError(f"{name} must be integer or real positions, got dtype {pos.dtype}")
-    if pos.dtype.is_floating_point and not torch.compiler.is_compiling():
-        if not bool(torch.isfinite(pos).all()):
-            bad = pos[~torch.isfinite(pos)].flatten()[0].item()
-            raise ValueError(f"{name} must be finite, got {bad}")
-    return pos.to(device)
-
-
-def check_broadcast(pos: torch.Tensor, lead: tuple[int, ...], name: str = "positions") -> None:
-    """``pos`` must broadcast *to* ``lead`` (it may not enlarge it)."""
-    try:
-        shape = torch.broadcast_shapes(tuple(pos.shape), tuple(lead))
-    except RuntimeError:
-        shape = None
-    if shape != tuple(lead):
-        raise ValueError(
-            f"{name} of shape {tuple(pos.shape)} does not broadcast against x.shape[:-1] = {tuple(lead)}"
-        )
-
-
-def check_angle_dtype(angle_dtype: Any) -> torch.dtype:
-    if angle_dtype not in _ANGLE_DTYPES:
-        raise ValueError(f"angle_dtype must be torch.float32 or torch.float64, got {angle_dtype!r}")
-    return angle_dtype
-
-
-def resolve_compute_dtype(compute_dtype: Any, x_dtype: torch.dtype) -> torch.dtype:
-    """The rotation's arithmetic dtype.
-
-    ``None`` (default): float32 for float16/bfloat16 inputs (one rounding, at the output, as the
-    flash-attn and TransformerEngine kernels do), otherwise the input dtype. ``"input"``: the input
-    dtype (HF's eager arithmetic). A torch dtype: that dtype.
-    """
-    if compute_dtype is None:
-        return torch.float32 if x_dtype in (torch.float16, torch.bfloat16) else x_dtype
-    if compute_dtype == "input":
-        return x_dtype
-    if compute_dtype not in FLOAT_DTYPES:
-        raise ValueError(
-            f"compute_dtype must be None, 'input' or one of {FLOAT_DTYPES}, got {compute_dtype!r}"
-        )
-    return compute_dtype
-
-
-# -- frequency table and cos/sin --------------------------------------------------------------------
-
-
-def seq_len_of(pos: torch.Tensor, cfg: RopeConfig, seq_len: int | None) -> int | None:
-    """The length a length-dependent scaling sees (HF ``dynamic_rope_update``: max(positions) + 1).
-
-    Reads ``pos.max()`` (a host sync) only for length-dependent scalings without an explicit
-    ``seq_len``; the rule is :func:`rope_ref.frequencies.resolve_seq_len`, floor for real positions.
-    """
-    if seq_len is not None or cfg.scaling is None or not cfg.scaling.length_dependent or pos.numel() == 0:
-        return resolve_seq_len(np.zeros(0), cfg, seq_len)
-    top = pos.max().item()
-    return resolve_seq_len(np.asarray([top], dtype=np.float64), cfg, None)
-
-
-def _length_free(cfg: RopeConfig, seq_len: int | None) -> int | None:
-    """``seq_len`` where the scaling depends on length, else ``None`` (so it never reaches a cache key)."""
-    if cfg.scaling is None or not cfg.scaling.length_dependent:
-        return None
-    return seq_len
-
-
-@torch.compiler.assume_constant_result
-def freq_constants(cfg: RopeConfig, seq_len: int | None) -> tuple[tuple[float, ...], float]:
-    """The oracle's float64 ``inv_freq`` and attention factor as Python floats.
-
-    Plain floats (not arrays) so that ``torch.compile`` folds them into the graph as constants. Only
-    called with a Python ``int`` (or ``None``) ``seq_len``: a symbolic one goes through
-    :func:`_freq_table_op` (see :func:`freq_table`).
-    """
-    seq_len = _length_free(cfg, seq_len)
-    freqs = rope_ref.inv_freq(cfg, seq_len)
-    return tuple(float(v) for v in freqs), float(rope_ref.attention_factor(cfg, seq_len))
-
-
-# -- length-dependent tables under torch.compile -----------------------------------------------------
-#
-# Dynamo turns an ``int`` argument that changes between calls into a symbolic integer, which
-# ``assume_constant_result`` cannot take. For length-dependent scalings (dynamic NTK, LongRoPE) the
-# table is a function of that runtime integer, so under ``torch.compile`` it comes from an opaque custom
-# op that runs the oracle when the graph runs: no graph break, no recompile per length.
-
-_CONFIG_KEYS: dict[RopeConfig, str] = {}
-_CONFIGS: dict[str, RopeConfig] = {}
-
-
-@torch.compiler.assume_constant_result
-def _config_key(cfg: RopeConfig) -> str:
-    """A string naming ``cfg`` for the custom op (custom ops cannot take Python objects)."""
-    key = _CONFIG_KEYS.get(cfg)
-    if key is None:
-        key = _CONFIG_KEYS[cfg] = str(len(_CONFIG_KEYS))
-        _CONFIGS[key] = cfg
-    return key
-
-
-@torch.library.custom_op("rope_ref::freq_table", mutates_args=())
-def _freq_table_op(cfg_key: str, seq_len: int, device: torch.device) -> torch.Tensor:
-    """``cat(inv_freq, [attention_factor])`` in float64 on ``device``: the oracle's values at ``seq_len``."""
-    freqs, factor = freq_constants(_CONFIGS[cfg_key], seq_len)
-    return torch.tensor(freqs + (factor,), dtype=torch.float64, device=device)
-
-
-@_freq_table_op.register_fake
-def _(cfg_key: str, seq_len: int, device: torch.device) -> torch.Tensor:
-    return torch.empty(_CONFIGS[cfg_key].rotary_dim // 2 + 1, dtype=torch.float64, device=device)
-
-
-def freq_table(
-    cfg: RopeConfig, seq_len: int | None, dtype: torch.dtype, device: torch.device
-) -> tuple[torch.Tensor, float | torch.Tensor]:
-    """``(inv_freq, attention_factor)``: the oracle's float64 table rounded once to ``dtype``.
-
-    Under ``torch.compile`` with a length-dependent scaling and a ``seq_len``, the factor is a 0-d
-    float64 tensor (it depends on a runtime length); otherwise it is a Python float.
-    """
-    seq_len = _length_free(cfg, seq_len)
-    if seq_len is not None and torch.compiler.is_compiling():
-        packed = _freq_table_op(_config_key(cfg), seq_len, torch.device(device))
-        return packed[:-1].to(dtype), packed[-1]
-    freqs, factor = freq_constants(cfg, seq_len)
-    return torch.tensor(freqs, dtype=dtype, device=device), factor
-
-
-def angle_tables(
-    pos: torch.Tensor, inv_freq: torch.Tensor, factor: float | torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of ``pos * inv_freq`` (shape ``pos.shape + (n,)``), times the attention factor.
-
-    Computed in ``inv_freq.dtype`` (float32 or float64) with autocast off, so neither ``module.half()``
-    nor autocast can lower the angle precision (gpt-neox #1003, transformers PR #29285). Integer
-    positions convert exactly up to 2**24 in float32 and 2**53 in float64.
-    """
-    kind = pos.device.type
-    # Devices without autocast (e.g. "meta") have nothing to turn off.
-    off = torch.autocast(kind, enabled=False) if torch.amp.is_autocast_available(kind) else nullcontext()
-    with off:
-        theta = pos.to(inv_freq.dtype).unsqueeze(-1) * inv_freq
-        cos, sin = torch.cos(theta), torch.sin(theta)
-        if isinstance(factor, torch.Tensor):  # a runtime value (see freq_table): always multiply
-            factor = factor.to(inv_freq.dtype)
-            cos, sin = cos * factor, sin * factor
-        elif factor != 1.0:
-            cos = cos * factor
-            sin = sin * factor
-    return cos, sin
-
-
-def expand_tables(cos: torch.Tensor, sin: torch.Tensor, ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad half-width tables with unit axes so they broadcast over an ``ndim``-d ``x``."""
-    lead = ndim - cos.ndim
-    if lead < 0:
-        raise ValueError(f"cos/sin of shape {tuple(cos.shape)} have more axes than x ({ndim})")
-    shape = (1,) * lead + tuple(cos.shape)
-    return cos.reshape(shape), sin.reshape(shape)
-
-
-# -- rotation -------------------------------------------------------------------------------------
+# -- the functional reference and the eager passes --------------------------------------------------------
 
 
 def _pairs(t: torch.Tensor, layout: str, rd: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -380,6 +171,142 @@ class RotateFunction(torch.autograd.Function):
         return gx, None, None, None, None, None, None
 
 
+# -- the blocked eager CPU kernel (apply, rotate, the module and the kernel shapes) -------------------------
+
+
+def eager_cpu(autograd: str, kernel: str, *tensors: torch.Tensor) -> bool:
+    """Whether :func:`rotate_blocked` serves a call: eager, on CPU, ``kernel="torch"``,
+    ``autograd="function"`` and no autograd graph to record for any of ``tensors`` (x, cos, sin).
+
+    Everything else (autograd, ``torch.compile``, Triton, ``autograd="native"``, other devices) goes
+    through :func:`~rope_ref.backends._torch_core.rotate_tables`.
+    """
+    if kernel != "torch" or autograd != "function" or torch.compiler.is_compiling():
+        return False
+    if any(t.device.type != "cpu" for t in tensors):
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+class EagerTables:
+    """Broadcastable half-width cos/sin in the compute dtype, and the forms the kernel derives from them
+    (``[cos, cos]`` at full width, the complex factor ``cos + i sin``), each built at most once per call
+    and shared by every tensor the call rotates (q and k)."""
+
+    def __init__(self, cos: torch.Tensor, sin: torch.Tensor, layout: str, compute: torch.dtype) -> None:
+        self.cos, self.sin = cos.to(compute), sin.to(compute)
+        self.layout, self.compute = layout, compute
+        self._full: torch.Tensor | None = None
+        self._complex: torch.Tensor | None = None
+
+    def full_cos(self) -> torch.Tensor:
+        if self._full is None:
+            c = self.cos
+            pair = torch.cat((c, c), dim=-1) if self.layout == "half" else torch.stack((c, c), -1).flatten(-2)
+            self._full = pair
+        return self._full
+
+    def complex_factor(self) -> torch.Tensor:
+        if self._complex is None:
+            self._complex = torch.complex(self.cos, self.sin)
+        return self._complex
+
+
+def _blocks(x: torch.Tensor, rd: int, compute: torch.dtype) -> tuple[int, list[tuple]]:
+    """The block axis (longest leading axis) and index tuples of about ``_BLOCK_BYTES`` of work each.
+
+    ``_BLOCK_BYTES`` is the one setting of both eager kernels.
+    """
+    if x.ndim == 1:
+        return 0, [(...,)]
+    axis = max(range(x.ndim - 1), key=lambda i: x.shape[i])
+    length = x.shape[axis]
+    itemsize = torch.empty((), dtype=compute).element_size()
+    row_bytes = max(1, (x.numel() // max(x.shape[-1], 1)) * rd // max(length, 1)) * itemsize
+    step = max(1, _BLOCK_BYTES // row_bytes)
+    return axis, [(slice(None),) * axis + (slice(s, s + step),) for s in range(0, length, step)]
+
+
+def _part(t: torch.Tensor, axis: int, index: tuple) -> torch.Tensor:
+    """The block ``index`` of a table ``t`` (unchanged where it broadcasts along the block axis)."""
+    return t if index == (...,) or t.shape[axis] == 1 else t[index]
+
+
+def _scratch(first: torch.Size, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``count`` work blocks shaped like the first (largest) block, allocated once per tensor."""
+    return torch.empty((count,) + tuple(first), dtype=dtype, device=device)
+
+
+def _fit(t: torch.Tensor, axis: int, index: tuple, like: torch.Tensor) -> torch.Tensor:
+    """A scratch block cut to ``like`` (the last block along ``axis`` may be shorter)."""
+    return t if index == (...,) else t.narrow(axis, 0, like.shape[axis])
+
+
+def rotate_blocked(x: torch.Tensor, out: torch.Tensor, tables: EagerTables, rd: int) -> torch.Tensor:
+    """Eq. 34 on CPU into ``out`` (``x`` itself for in place, else any tensor of x's shape and dtype).
+
+    Reads and writes only the elements of the two views, through their strides. Interleaved pairs in
+    float32/float64 whose strides allow it: one complex multiply per pair. Otherwise, in blocks of
+    about ``_BLOCK_BYTES`` along the longest leading axis (the passes reread the block from cache):
+
+    * out of place, compute dtype = x's: ``out = x * [cos, cos]``, ``out_a -= x_b sin``, ``out_b += x_a sin``;
+    * in place, same dtype: a copy of ``x_a`` (one preallocated half block), then ``x_a = x_a cos - x_b
+      sin`` and ``x_b = x_b cos + saved sin``;
+    * another compute dtype (float32 for float16/bfloat16): the block converted once into a preallocated
+      compute-dtype block, rotated there into a second one, rounded once into ``out``. (Mixed-dtype
+      ``mul``/``addcmul`` on CPU run far slower than a conversion.)
+
+    Channels ``rd:`` are copied when out of place. The arithmetic, hence every bit of the result, is
+    the same whatever the block size and whether in place or not.
+    """
+    layout, compute = tables.layout, tables.compute
+    inplace = out is x
+    if not inplace and rd < x.shape[-1]:
+        out[..., rd:].copy_(x[..., rd:])
+    if _complex_ok(x, layout, compute) and (inplace or _complex_ok(out, layout, compute)):
+        n = rd // 2
+        xc = torch.view_as_complex(x[..., :rd].unflatten(-1, (n, 2)))
+        if inplace:
+            xc.mul_(tables.complex_factor())
+        else:
+            oc = torch.view_as_complex(out[..., :rd].unflatten(-1, (n, 2)))
+            torch.mul(xc, tables.complex_factor(), out=oc)
+        return out
+    axis, blocks = _blocks(x, rd, compute)
+    if not blocks:
+        return out
+    convert = compute != x.dtype
+    first = x[blocks[0]][..., :rd].shape
+    if convert:
+        xw_all, work_all = _scratch(first, 2, compute, x.device)
+        full = tables.full_cos()
+    elif inplace:
+        saved_all = _scratch(first[:-1] + (rd // 2,), 1, x.dtype, x.device)[0]
+    else:
+        full = tables.full_cos()
+    for index in blocks:
+        xb, ob = x[index], out[index][..., :rd]
+        s = _part(tables.sin, axis, index)
+        if convert:
+            xw, work = _fit(xw_all, axis, index, ob), _fit(work_all, axis, index, ob)
+            xw.copy_(xb[..., :rd])
+            _rotate_block(xw, _part(full, axis, index), s, work, layout, rd)
+            ob.copy_(work)
+        elif inplace:
+            a, b = _pairs(xb, layout, rd)
+            c = _part(tables.cos, axis, index)
+            saved = _fit(saved_all, axis, index, a)
+            saved.copy_(a)
+            a.mul_(c).addcmul_(b, s, value=-1)
+            b.mul_(c).addcmul_(saved, s)
+        else:
+            _rotate_block(xb, _part(full, axis, index), s, ob, layout, rd)
+    return out
+
+
+# -- the choice ---------------------------------------------------------------------------------------
+
+
 def rotate_tables(
     x: torch.Tensor,
     cos: torch.Tensor,
@@ -389,24 +316,34 @@ def rotate_tables(
     compute: torch.dtype,
     autograd: str = "function",
     kernel: str = "torch",
+    *,
+    blocked: bool = False,
+    inplace: bool = False,
 ) -> torch.Tensor:
     """Rotate ``x`` with broadcastable half-width tables, choosing the autograd path and the kernel.
 
     ``autograd="function"``: :class:`RotateFunction` when a gradient is needed (saves no activations);
     ``"native"``: :func:`rotate_reference` under plain autograd (saves ``x``; the check path, which
     ``kernel`` does not affect). ``kernel``: ``"torch"`` (eager passes) or ``"triton"`` (one fused
-    Triton kernel, :func:`~rope_ref.backends._torch_triton.rotate_triton`).
+    Triton kernel, :func:`~rope_ref.backends._torch_triton.rotate_triton`). ``blocked``: where
+    :func:`eager_cpu` allows it, :func:`rotate_blocked` instead (same values, bit for bit; the public
+    functions ask for it). ``inplace``: the result is written into ``x`` (only the elements of the
+    view) and ``x`` returned; otherwise a new contiguous tensor.
     """
+    if blocked and eager_cpu(autograd, kernel, x, cos, sin):
+        out = x if inplace else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return rotate_blocked(x, out, EagerTables(cos, sin, layout, compute), rd)
     check_kernel(kernel)
     if kernel == "triton" and not torch.compiler.is_compiling():  # compiled: the functional form runs
         check_triton(x, compute)
-    if autograd == "native":
-        return rotate_reference(x, cos, sin, layout, rd, compute)
-    if autograd != "function":
-        raise ValueError(f"autograd must be 'function' or 'native', got {autograd!r}")
-    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+    if check_autograd(autograd) == "native":
+        y = rotate_reference(x, cos, sin, layout, rd, compute)
+    elif torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
         if cos.requires_grad or sin.requires_grad:
             # Differentiable tables (e.g. learned positions): plain autograd covers them.
-            return rotate_reference(x, cos, sin, layout, rd, compute)
-        return RotateFunction.apply(x, cos, sin, layout, rd, compute, kernel)
-    return _rotate(x, cos, sin, layout, rd, compute, kernel)
+            y = rotate_reference(x, cos, sin, layout, rd, compute)
+        else:
+            y = RotateFunction.apply(x, cos, sin, layout, rd, compute, kernel)
+    else:
+        y = _rotate(x, cos, sin, layout, rd, compute, kernel)
+    return x.copy_(y) if inplace else y

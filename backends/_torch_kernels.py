@@ -1,9 +1,10 @@
-"""The shapes real kernels are called with (issue 16): axes, offsets, varlen, q/k pairs, packed QKV, in place.
+"""The torch adapter's functional API in the shapes real kernels are called with (issue 16).
 
-:func:`apply` extends :func:`~rope_ref.backends._torch_module.apply` with ``axes=`` (HF-style ``(B, S)``
-ids or per-token ids placed on the named axes), ``offset=`` (a KV-cache offset, scalar or per batch
-row), ``cu_seqlens=`` / ``start_offsets=`` (packed ``thd`` sequences, positions restarting per
-sequence), ``inverse=`` (rotation by ``-m theta``) and ``inplace=``. :func:`apply_qk` rotates q and k
+:func:`apply` rotates by positions broadcast against ``x.shape[:-1]`` (the original call) or, with
+``axes=``, by HF-style ``(B, S)`` ids or per-token ids placed on the named axes, ``offset=`` (a KV-cache
+offset, scalar or per batch row), ``cu_seqlens=`` / ``start_offsets=`` (packed ``thd`` sequences,
+positions restarting per sequence; :mod:`._torch_positions`), ``inverse=`` (rotation by ``-m theta``)
+and ``inplace=``. :func:`apply_qk` rotates q and k
 with different head counts (GQA) from one table build; :func:`apply_qkv` rotates the q and k heads of
 a packed ``(..., Hq + 2 Hk, D)`` projection and leaves V bit for bit untouched. Semantics are the
 oracle's :func:`rope_ref.apply` with ``axes=`` / ``inverse=`` and :mod:`rope_ref.positions`.
@@ -11,10 +12,11 @@ oracle's :func:`rope_ref.apply` with ``axes=`` / ``inverse=`` and :mod:`rope_ref
 Every input may be a non-contiguous view (transposed, sliced out of a packed buffer): the kernels index
 through its strides, and in place they write only the elements of the view.
 
-Eager CPU calls rotate with :func:`~rope_ref.backends._torch_module.rotate_blocked` (the kernel the
-original ``apply`` uses too): q and k share one set of tables in the compute dtype; when they are
-neighbours in one buffer (packed QKV) they are rotated as one view, and ``apply_qkv`` out of place
-writes q and k straight into its output and copies V there, with no concatenation.
+Eager CPU calls rotate with :func:`~rope_ref.backends._torch_core.rotate_blocked` (the kernel of the
+module and of :func:`~rope_ref.backends._torch_module.rotate` too): q and k share one set of tables in
+the compute dtype; when they are neighbours in one buffer (packed QKV) they are rotated as one view, and
+``apply_qkv`` out of place writes q and k straight into its output and copies V there, with no
+concatenation.
 """
 
 from __future__ import annotations
@@ -23,194 +25,24 @@ from typing import Any
 
 import torch
 
-from rope_ref.axes import parse_axes, qk_head_axis
+from rope_ref.axes import qk_head_axis, qkv_heads
 from rope_ref.config import RopeConfig
 from rope_ref.views import View, check_disjoint
 
-from ._torch_core import (
-    angle_tables,
+from ._torch_checks import (
     as_positions,
     check_angle_dtype,
+    check_broadcast,
     check_config,
     check_x,
-    freq_table,
     resolve_compute_dtype,
-    rotate_tables,
-    seq_len_of,
 )
-from ._torch_module import EagerTables, eager_cpu, rotate_blocked
-from ._torch_module import apply as _plain_apply
+from ._torch_core import EagerTables, eager_cpu, rotate_blocked, rotate_tables
+from ._torch_positions import resolve_positions
+from ._torch_tables import angle_tables, expand_tables, freq_table, seq_len_of
 from ._torch_triton import check_kernel
 
-__all__ = ["apply", "apply_qk", "apply_qkv", "place_positions"]
-
-
-# -- positions --------
-
-
-def _eager() -> bool:
-    """Whether data-dependent checks may run (not while ``torch.compile`` traces)."""
-    return not torch.compiler.is_compiling()
-
-
-def place_positions(
-    pos: torch.Tensor, axes: str, shape: tuple[int, ...], name: str = "positions"
-) -> torch.Tensor:
-    """``pos`` (scalar, per-token, HF ``(B, S)`` or full) reshaped onto the ``axes`` of ``shape``."""
-    lead = shape[:-1]
-    seq_axis = axes.index("s" if "s" in axes else "t")
-
-    def fits(got: int, want: int) -> bool:
-        return got == want or got == 1
-
-    if pos.ndim == 0:
-        return pos
-    placed = [1] * len(lead)
-    if pos.ndim == 1 and fits(pos.shape[0], lead[seq_axis]):
-        placed[seq_axis] = pos.shape[0]
-        return pos.reshape(placed)
-    if pos.ndim == 2 and "b" in axes and len(lead) > 2:
-        b_axis = axes.index("b")
-        if fits(pos.shape[0], lead[b_axis]) and fits(pos.shape[1], lead[seq_axis]):
-            placed[b_axis], placed[seq_axis] = pos.shape
-            return (pos.T if b_axis > seq_axis else pos).reshape(placed)
-    if pos.ndim == len(lead) and all(fits(p, n) for p, n in zip(pos.shape, lead, strict=True)):
-        return pos
-    raise ValueError(
-        f"{name} of shape {tuple(pos.shape)} do not fit x of shape {tuple(shape)} with axes={axes!r}: "
-        f"expected a scalar, ({lead[seq_axis]},) per-token ids, HF-style (B, S) ids or a shape "
-        f"broadcasting to {tuple(lead)}"
-    )
-
-
-def _int_tensor(obj: Any, name: str, device: torch.device) -> torch.Tensor:
-    """An integer tensor (int64) from ``obj``; a ValueError naming ``name`` for anything else."""
-    if isinstance(obj, bool) or obj is None:
-        raise ValueError(f"{name} must be an integer or integer tensor, got {obj!r}")
-    if isinstance(obj, int):
-        return torch.tensor(obj, dtype=torch.int64, device=device)
-    t = obj if isinstance(obj, torch.Tensor) else torch.as_tensor(obj)
-    if t.dtype.is_floating_point or t.is_complex() or t.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integers, got dtype {t.dtype}")
-    return t.to(device=device, dtype=torch.int64)
-
-
-def _check_offset(obj: Any, name: str, device: torch.device) -> torch.Tensor:
-    t = _int_tensor(obj, name, device)
-    if t.ndim > 1:
-        raise ValueError(
-            f"{name} must be a scalar or 1-D (one per batch row or sequence), got {tuple(t.shape)}"
-        )
-    if _eager() and t.numel() and bool((t < 0).any()):
-        raise ValueError(f"{name} must be >= 0 (a cache offset), got {int(t.min())}")
-    return t
-
-
-def offset_positions(offset: Any, axes: str, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """``offset[b] + s`` (or ``offset + s``) placed on the ``b`` and ``s`` axes of ``shape``."""
-    if isinstance(offset, int) and not isinstance(offset, bool):
-        if offset < 0:
-            raise ValueError(f"offset must be >= 0 (a cache offset), got {offset}")
-        lead = shape[:-1]
-        seq_axis = axes.index("s" if "s" in axes else "t")
-        placed = [1] * len(lead)
-        placed[seq_axis] = lead[seq_axis]
-        return (torch.arange(lead[seq_axis], device=device) + offset).reshape(placed)
-    off = _check_offset(offset, "offset", device)
-    lead = shape[:-1]
-    seq_axis = axes.index("s" if "s" in axes else "t")
-    steps = torch.arange(lead[seq_axis], device=device)
-    placed = [1] * len(lead)
-    placed[seq_axis] = lead[seq_axis]
-    if off.ndim == 0:
-        return (steps + off).reshape(placed)
-    if "b" not in axes:
-        raise ValueError(
-            f"offset of shape {tuple(off.shape)} is per batch row but axes={axes!r} has no 'b' axis "
-            "(use cu_seqlens with start_offsets for packed sequences)"
-        )
-    b_axis = axes.index("b")
-    if off.shape[0] != lead[b_axis]:
-        raise ValueError(f"offset has {off.shape[0]} entries for batch {lead[b_axis]} (axes={axes!r})")
-    ids = off[:, None] + steps[None, :]
-    placed[b_axis] = lead[b_axis]
-    return (ids.T if b_axis > seq_axis else ids).reshape(placed)
-
-
-def varlen_positions(
-    cu_seqlens: Any, start_offsets: Any, axes: str, shape: tuple[int, ...], device: torch.device
-) -> torch.Tensor:
-    """Per-token positions restarting at each ``cu_seqlens`` boundary (plus ``start_offsets[j]``)."""
-    if "t" not in axes:
-        raise ValueError(f"cu_seqlens needs packed tokens ('t' in axes), got axes={axes!r}")
-    cu = _int_tensor(cu_seqlens, "cu_seqlens", device)
-    if cu.ndim != 1 or cu.shape[0] < 1:
-        raise ValueError(f"cu_seqlens must be 1-D with at least one entry, got shape {tuple(cu.shape)}")
-    t_axis = axes.index("t")
-    total = shape[t_axis]
-    count = cu.shape[0] - 1
-    if _eager():
-        if int(cu[0]) != 0:
-            raise ValueError(f"cu_seqlens must start at 0, got {cu[:4].tolist()}")
-        steps = cu[1:] - cu[:-1]
-        if bool((steps < 0).any()):
-            j = int(torch.nonzero(steps < 0)[0, 0])
-            raise ValueError(
-                f"cu_seqlens must be non-decreasing, got {int(cu[j])} then {int(cu[j + 1])} at {j}"
-            )
-        if int(cu[-1]) != total:
-            raise ValueError(
-                f"cu_seqlens[-1] = {int(cu[-1])} must equal the token count x.shape[{t_axis}] = {total}"
-            )
-    tokens = torch.arange(total, device=device)
-    seq = torch.searchsorted(cu[1:], tokens, right=True).clamp_(max=max(count - 1, 0))
-    pos = tokens - cu[seq]
-    if start_offsets is not None:
-        off = _check_offset(start_offsets, "start_offsets", device)
-        if off.ndim == 1:
-            if off.shape[0] != count:
-                raise ValueError(
-                    f"start_offsets must be a scalar or have {count} entries, got {tuple(off.shape)}"
-                )
-            off = off[seq]
-        pos = pos + off
-    placed = [1] * (len(shape) - 1)
-    placed[t_axis] = total
-    return pos.reshape(placed)
-
-
-def resolve_positions(
-    x: torch.Tensor,
-    positions: Any,
-    axes: str | None,
-    offset: Any,
-    cu_seqlens: Any,
-    start_offsets: Any,
-) -> torch.Tensor:
-    """Positions broadcasting against ``x.shape[:-1]`` from exactly one of ids, ``offset``, ``cu_seqlens``."""
-    given = [
-        n
-        for n, v in (("positions", positions), ("offset", offset), ("cu_seqlens", cu_seqlens))
-        if v is not None
-    ]
-    if len(given) != 1:
-        raise ValueError(f"give exactly one of positions, offset, cu_seqlens; got {given or 'none'}")
-    if start_offsets is not None and cu_seqlens is None:
-        raise ValueError("start_offsets goes with cu_seqlens (use offset= for a batch)")
-    shape = tuple(x.shape)
-    if axes is None:
-        if positions is None:
-            raise ValueError("offset= and cu_seqlens= need axes= (e.g. 'bshd' or 'thd')")
-        return as_positions(positions, x.device)
-    axes = parse_axes(axes, x.ndim)
-    if offset is not None:
-        return offset_positions(offset, axes, shape, x.device)
-    if cu_seqlens is not None:
-        return varlen_positions(cu_seqlens, start_offsets, axes, shape, x.device)
-    return place_positions(as_positions(positions, x.device), axes, shape)
-
-
-# -- kernels --------
+__all__ = ["apply", "apply_qk", "apply_qkv", "split_qkv"]
 
 
 def _tables(
@@ -234,30 +66,6 @@ def _check_fits(pos: torch.Tensor, lead: tuple[int, ...], name: str) -> None:
         raise ValueError(
             f"positions of shape {tuple(pos.shape)} do not broadcast against {name}.shape[:-1] = {lead}"
         )
-
-
-def _rotate_into(
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    cfg: RopeConfig,
-    compute: torch.dtype,
-    autograd: str,
-    kernel: str,
-    inplace: bool,
-) -> torch.Tensor:
-    """Out of place: a new contiguous tensor. In place: ``x`` itself, rotated through its strides.
-
-    Autograd, ``torch.compile``, ``kernel="triton"``, ``autograd="native"`` and other devices go through
-    :func:`~rope_ref.backends._torch_core.rotate_tables` (in place: its result copied into ``x``); the
-    plain eager CPU case through :func:`~rope_ref.backends._torch_module.rotate_blocked`.
-    """
-    rd = cfg.rotary_dim
-    if not eager_cpu(autograd, kernel, x, cos, sin):
-        y = rotate_tables(x, cos, sin, cfg.layout, rd, compute, autograd, kernel)
-        return x.copy_(y) if inplace else y
-    out = x if inplace else torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return rotate_blocked(x, out, EagerTables(cos, sin, cfg.layout, compute), rd)
 
 
 def _common(cfg: Any, angle_dtype: Any, kernel: Any, inverse: Any, inplace: Any) -> RopeConfig:
@@ -286,34 +94,44 @@ def apply(
     autograd: str = "function",
     kernel: str = "torch",
 ) -> torch.Tensor:
-    """Rotate ``x`` (any strides) by positions given as ids, a cache ``offset`` or ``cu_seqlens``.
+    """Rotate ``x`` (``(..., head_dim)``, any float dtype, any strides) by positions given as ids, a cache
+    ``offset`` or ``cu_seqlens``.
 
+    Without ``axes``, ``positions`` (integer or real) broadcast against ``x.shape[:-1]`` after
+    left-padding, e.g. ``(S, 1)`` for ``(B, S, H, D)`` or ``(B, 1, S)`` per row for ``(B, H, S, D)``.
     ``axes`` (``"bshd"``, ``"bhsd"``, ``"sbhd"``, ``"thd"``, ``"shd"``, ``"hsd"``) names x's axes; then
-    ``positions`` may be HF-style ``(B, S)`` ids, per-token ids or a scalar. Without ``axes`` positions
-    broadcast against ``x.shape[:-1]`` (the original ``apply``). ``offset``: token ``s`` of row ``b``
-    is at ``offset[b] + s`` (int or ``(B,)``). ``cu_seqlens`` (``thd`` only): positions restart at each
-    sequence, plus ``start_offsets[j]``. ``inverse``: rotate by ``-m theta``. ``inplace``: write into
-    ``x`` (only the elements of the view) and return it. Other arguments as the original ``apply``.
+    ``positions`` may be HF-style ``(B, S)`` ids, per-token ids or a scalar. ``offset``: token ``s`` of
+    row ``b`` is at ``offset[b] + s`` (int or ``(B,)``). ``cu_seqlens`` (``thd`` only): positions restart
+    at each sequence, plus ``start_offsets[j]``. ``inverse``: rotate by ``-m theta``. ``inplace``: write
+    into ``x`` (only the elements of the view) and return it; otherwise a new contiguous tensor.
+
+    Each row gets the angles ``position * inv_freq`` in ``angle_dtype``; the rotation runs in
+    ``compute_dtype`` (see :func:`~rope_ref.backends._torch_checks.resolve_compute_dtype`); the result
+    has ``x.dtype``. Semantics are :func:`rope_ref.apply` (HF ``apply_rotary_pos_emb`` with the attention
+    factor in cos/sin; channels ``rotary_dim:`` pass through). Length-dependent scalings see ``seq_len``
+    or, if ``None``, ``max(positions) + 1`` (a host sync; pass ``seq_len`` to avoid it). ``kernel``:
+    ``"torch"`` (eager torch ops, any device) or ``"triton"`` (one fused Triton kernel; CUDA tensors,
+    rotation in float32/float64; see ``docs/backends/torch.md``).
     """
     if axes is None and offset is None and cu_seqlens is None and not inverse and inplace is False:
         # The original call: exactly the original code path (and its messages).
-        return _plain_apply(
-            x,
-            positions,
-            cfg,
-            seq_len=seq_len,
-            angle_dtype=angle_dtype,
-            compute_dtype=compute_dtype,
-            autograd=autograd,
-            kernel=kernel,
-        )
+        cfg = check_config(cfg)
+        x = check_x(x, cfg.head_dim)
+        angle_dtype = check_angle_dtype(angle_dtype)
+        compute = resolve_compute_dtype(compute_dtype, x.dtype)
+        pos = as_positions(positions, x.device)
+        check_broadcast(pos, tuple(x.shape[:-1]))
+        inv, factor = freq_table(cfg, seq_len_of(pos, cfg, seq_len), angle_dtype, x.device)
+        cos, sin = expand_tables(*angle_tables(pos, inv, factor), x.ndim)
+        return rotate_tables(x, cos, sin, cfg.layout, cfg.rotary_dim, compute, autograd, kernel, blocked=True)
     cfg = _common(cfg, angle_dtype, kernel, inverse, inplace)
     x = check_x(x, cfg.head_dim)
     compute = resolve_compute_dtype(compute_dtype, x.dtype)
     pos = resolve_positions(x, positions, axes, offset, cu_seqlens, start_offsets)
     _check_fits(pos, tuple(x.shape[:-1]), "x")
     cos, sin = _tables(pos, cfg, seq_len, angle_dtype, x.ndim, inverse)
-    return _rotate_into(x, cos, sin, cfg, compute, autograd, kernel, inplace)
+    layout, rd = cfg.layout, cfg.rotary_dim
+    return rotate_tables(x, cos, sin, layout, rd, compute, autograd, kernel, blocked=True, inplace=inplace)
 
 
 def _view(t: torch.Tensor) -> View:
@@ -422,7 +240,7 @@ def _apply_qk(
     _check_fits(pos, lead, "q (heads excluded)")
     cos, sin = _tables(pos, cfg, seq_len, angle_dtype, q.ndim, inverse)
     graph = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
-    if kernel == "triton" and autograd == "function" and not graph and _eager():
+    if kernel == "triton" and autograd == "function" and not graph and not torch.compiler.is_compiling():
         from ._torch_triton import check_triton
         from ._torch_triton_qk import rotate_triton_qk
 
@@ -430,9 +248,9 @@ def _apply_qk(
         qo, ko = rotate_triton_qk(q, k, cos, sin, cfg.layout, cfg.rotary_dim, compute)  # one launch
         return (q.copy_(qo), k.copy_(ko)) if inplace else (qo, ko)
     if not eager_cpu(autograd, kernel, q, k, cos, sin):
-        return (
-            _rotate_into(q, cos, sin, cfg, compute, autograd, kernel, inplace),
-            _rotate_into(k, cos, sin, cfg, compute, autograd, kernel, inplace),
+        return tuple(
+            rotate_tables(t, cos, sin, cfg.layout, cfg.rotary_dim, compute, autograd, kernel, inplace=inplace)
+            for t in (q, k)
         )
     # Eager CPU: one table (cos/sin in the compute dtype, [cos, cos]) for both; when q and k (and their
     # outputs) are neighbours in one buffer, both are rotated as one view, in one pass of blocks.
@@ -456,24 +274,9 @@ def _apply_qk(
 
 def split_qkv(qkv: torch.Tensor, num_heads_q: int, num_heads_kv: int, axes: str) -> tuple[torch.Tensor, ...]:
     """Views ``(q, k, v)`` of a packed ``(..., Hq + 2 Hk, ...)`` tensor along the ``h`` axis of ``axes``."""
-    axes = parse_axes(axes, qkv.ndim)
-    if "h" not in axes:
-        raise ValueError(f"axes={axes!r} has no head axis 'h' to split")
-    for name, n in (("num_heads_q", num_heads_q), ("num_heads_kv", num_heads_kv)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
-    h = axes.index("h")
-    if qkv.shape[h] != num_heads_q + 2 * num_heads_kv:
-        raise ValueError(
-            f"qkv.shape[{h}] = {qkv.shape[h]} does not split as num_heads_q + 2 * num_heads_kv = "
-            f"{num_heads_q} + 2 * {num_heads_kv}"
-        )
+    h, hq, hk = qkv_heads(tuple(qkv.shape), axes, num_heads_q, num_heads_kv)
     # narrow (not split): single views, which autograd lets the in-place path write.
-    return (
-        qkv.narrow(h, 0, num_heads_q),
-        qkv.narrow(h, num_heads_q, num_heads_kv),
-        qkv.narrow(h, num_heads_q + num_heads_kv, num_heads_kv),
-    )
+    return qkv.narrow(h, 0, hq), qkv.narrow(h, hq, hk), qkv.narrow(h, hq + hk, hk)
 
 
 def apply_qkv(
@@ -504,9 +307,7 @@ def apply_qkv(
         raise ValueError("apply_qkv needs axes= naming the head axis (e.g. 'bshd', 'thd')")
     qkv = check_x(qkv, None, "qkv")
     num_heads_kv = num_heads_q if num_heads_kv is None else num_heads_kv
-    q, k, v = split_qkv(qkv, num_heads_q, num_heads_kv, axes)
-    if num_heads_q % num_heads_kv:
-        raise ValueError(f"num_heads_kv ({num_heads_kv}) must divide num_heads_q ({num_heads_q}) (GQA/MQA)")
+    q, k, v = split_qkv(qkv, num_heads_q, num_heads_kv, axes)  # also: Hk divides Hq
     opts = dict(
         axes=axes,
         offset=offset,

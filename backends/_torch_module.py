@@ -1,4 +1,6 @@
-"""Functional ``apply`` and the ``RotaryEmbedding`` module (cos/sin cache) of the torch adapter."""
+"""The ``RotaryEmbedding`` module (a cos/sin cache per device and frequency table) of the torch adapter,
+and the functions that rotate with precomputed tables (:func:`rotate`, HF's ``apply_rotary_pos_emb``).
+"""
 
 from __future__ import annotations
 
@@ -10,221 +12,21 @@ import torch
 
 from rope_ref.config import RopeConfig
 
-from . import _torch_core as _core
-from ._torch_core import (
-    _complex_ok,
-    _pairs,
-    _rotate_block,
-    angle_tables,
+from ._torch_checks import (
     as_positions,
     check_angle_dtype,
+    check_autograd,
     check_broadcast,
     check_config,
     check_x,
-    expand_tables,
-    freq_constants,
-    freq_table,
     resolve_compute_dtype,
-    rotate_tables,
-    seq_len_of,
 )
+from ._torch_core import EagerTables, rotate_tables  # noqa: F401  (EagerTables: old import path)
+from ._torch_kernels import apply  # noqa: F401  (re-exported: the old import path)
+from ._torch_tables import angle_tables, expand_tables, freq_constants, freq_table, seq_len_of
 from ._torch_triton import check_kernel
 
-__all__ = [
-    "apply",
-    "rotate",
-    "apply_rotary_pos_emb",
-    "RotaryEmbedding",
-    "EagerTables",
-    "eager_cpu",
-    "rotate_blocked",
-    "rotate_any",
-]
-
-
-# -- the blocked eager CPU kernel (shared by apply, rotate, the module and the issue-16 kernels) ---------
-
-
-def eager_cpu(autograd: str, kernel: str, *tensors: torch.Tensor) -> bool:
-    """Whether :func:`rotate_blocked` serves a call: eager, on CPU, ``kernel="torch"``,
-    ``autograd="function"`` and no autograd graph to record for any of ``tensors`` (x, cos, sin).
-
-    Everything else (autograd, ``torch.compile``, Triton, ``autograd="native"``, other devices) goes
-    through :func:`~rope_ref.backends._torch_core.rotate_tables`.
-    """
-    if kernel != "torch" or autograd != "function" or torch.compiler.is_compiling():
-        return False
-    if any(t.device.type != "cpu" for t in tensors):
-        return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
-
-
-class EagerTables:
-    """Broadcastable half-width cos/sin in the compute dtype, and the forms the kernel derives from them
-    (``[cos, cos]`` at full width, the complex factor ``cos + i sin``), each built at most once per call
-    and shared by every tensor the call rotates (q and k)."""
-
-    def __init__(self, cos: torch.Tensor, sin: torch.Tensor, layout: str, compute: torch.dtype) -> None:
-        self.cos, self.sin = cos.to(compute), sin.to(compute)
-        self.layout, self.compute = layout, compute
-        self._full: torch.Tensor | None = None
-        self._complex: torch.Tensor | None = None
-
-    def full_cos(self) -> torch.Tensor:
-        if self._full is None:
-            c = self.cos
-            pair = torch.cat((c, c), dim=-1) if self.layout == "half" else torch.stack((c, c), -1).flatten(-2)
-            self._full = pair
-        return self._full
-
-    def complex_factor(self) -> torch.Tensor:
-        if self._complex is None:
-            self._complex = torch.complex(self.cos, self.sin)
-        return self._complex
-
-
-def _blocks(x: torch.Tensor, rd: int, compute: torch.dtype) -> tuple[int, list[tuple]]:
-    """The block axis (longest leading axis) and index tuples of about ``_BLOCK_BYTES`` of work each.
-
-    The size is read from :mod:`._torch_core` at call time (one setting for every eager kernel).
-    """
-    if x.ndim == 1:
-        return 0, [(...,)]
-    axis = max(range(x.ndim - 1), key=lambda i: x.shape[i])
-    length = x.shape[axis]
-    itemsize = torch.empty((), dtype=compute).element_size()
-    row_bytes = max(1, (x.numel() // max(x.shape[-1], 1)) * rd // max(length, 1)) * itemsize
-    step = max(1, _core._BLOCK_BYTES // row_bytes)
-    return axis, [(slice(None),) * axis + (slice(s, s + step),) for s in range(0, length, step)]
-
-
-def _part(t: torch.Tensor, axis: int, index: tuple) -> torch.Tensor:
-    """The block ``index`` of a table ``t`` (unchanged where it broadcasts along the block axis)."""
-    return t if index == (...,) or t.shape[axis] == 1 else t[index]
-
-
-def _scratch(first: torch.Size, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``count`` work blocks shaped like the first (largest) block, allocated once per tensor."""
-    return torch.empty((count,) + tuple(first), dtype=dtype, device=device)
-
-
-def _fit(t: torch.Tensor, axis: int, index: tuple, like: torch.Tensor) -> torch.Tensor:
-    """A scratch block cut to ``like`` (the last block along ``axis`` may be shorter)."""
-    return t if index == (...,) else t.narrow(axis, 0, like.shape[axis])
-
-
-def rotate_blocked(x: torch.Tensor, out: torch.Tensor, tables: EagerTables, rd: int) -> torch.Tensor:
-    """Eq. 34 on CPU into ``out`` (``x`` itself for in place, else any tensor of x's shape and dtype).
-
-    Reads and writes only the elements of the two views, through their strides. Interleaved pairs in
-    float32/float64 whose strides allow it: one complex multiply per pair. Otherwise, in blocks of
-    about ``_BLOCK_BYTES`` along the longest leading axis (the passes reread the block from cache):
-
-    * out of place, compute dtype = x's: ``out = x * [cos, cos]``, ``out_a -= x_b sin``, ``out_b += x_a sin``;
-    * in place, same dtype: a copy of ``x_a`` (one preallocated half block), then ``x_a = x_a cos - x_b
-      sin`` and ``x_b = x_b cos + saved sin``;
-    * another compute dtype (float32 for float16/bfloat16): the block converted once into a preallocated
-      compute-dtype block, rotated there into a second one, rounded once into ``out``. (Mixed-dtype
-      ``mul``/``addcmul`` on CPU run far slower than a conversion.)
-
-    Channels ``rd:`` are copied when out of place. The arithmetic, hence every bit of the result, is
-    the same whatever the block size and whether in place or not.
-    """
-    layout, compute = tables.layout, tables.compute
-    inplace = out is x
-    if not inplace and rd < x.shape[-1]:
-        out[..., rd:].copy_(x[..., rd:])
-    if _complex_ok(x, layout, compute) and (inplace or _complex_ok(out, layout, compute)):
-        n = rd // 2
-        xc = torch.view_as_complex(x[..., :rd].unflatten(-1, (n, 2)))
-        if inplace:
-            xc.mul_(tables.complex_factor())
-        else:
-            oc = torch.view_as_complex(out[..., :rd].unflatten(-1, (n, 2)))
-            torch.mul(xc, tables.complex_factor(), out=oc)
-        return out
-    axis, blocks = _blocks(x, rd, compute)
-    if not blocks:
-        return out
-    convert = compute != x.dtype
-    first = x[blocks[0]][..., :rd].shape
-    if convert:
-        xw_all, work_all = _scratch(first, 2, compute, x.device)
-        full = tables.full_cos()
-    elif inplace:
-        saved_all = _scratch(first[:-1] + (rd // 2,), 1, x.dtype, x.device)[0]
-    else:
-        full = tables.full_cos()
-    for index in blocks:
-        xb, ob = x[index], out[index][..., :rd]
-        s = _part(tables.sin, axis, index)
-        if convert:
-            xw, work = _fit(xw_all, axis, index, ob), _fit(work_all, axis, index, ob)
-            xw.copy_(xb[..., :rd])
-            _rotate_block(xw, _part(full, axis, index), s, work, layout, rd)
-            ob.copy_(work)
-        elif inplace:
-            a, b = _pairs(xb, layout, rd)
-            c = _part(tables.cos, axis, index)
-            saved = _fit(saved_all, axis, index, a)
-            saved.copy_(a)
-            a.mul_(c).addcmul_(b, s, value=-1)
-            b.mul_(c).addcmul_(saved, s)
-        else:
-            _rotate_block(xb, _part(full, axis, index), s, ob, layout, rd)
-    return out
-
-
-def rotate_any(
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    layout: str,
-    rd: int,
-    compute: torch.dtype,
-    autograd: str,
-    kernel: str,
-) -> torch.Tensor:
-    """A new contiguous rotated tensor: :func:`rotate_blocked` where :func:`eager_cpu` allows it,
-    :func:`~rope_ref.backends._torch_core.rotate_tables` otherwise (same values, bit for bit)."""
-    if eager_cpu(autograd, kernel, x, cos, sin):
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        return rotate_blocked(x, out, EagerTables(cos, sin, layout, compute), rd)
-    return rotate_tables(x, cos, sin, layout, rd, compute, autograd, kernel)
-
-
-def apply(
-    x: torch.Tensor,
-    positions: Any,
-    cfg: RopeConfig,
-    *,
-    seq_len: int | None = None,
-    angle_dtype: torch.dtype = torch.float32,
-    compute_dtype: Any = None,
-    autograd: str = "function",
-    kernel: str = "torch",
-) -> torch.Tensor:
-    """Rotate ``x`` (``(..., head_dim)``, any float dtype, any strides) by ``positions``.
-
-    ``positions`` (integer or real, broadcast against ``x.shape[:-1]`` after left-padding, e.g.
-    ``(S, 1)`` for ``(B, S, H, D)`` or ``(B, 1, S)`` per row for ``(B, H, S, D)``) gives each row its
-    angles ``position * inv_freq`` in ``angle_dtype``; the rotation runs in ``compute_dtype`` (see
-    :func:`~rope_ref.backends._torch_core.resolve_compute_dtype`) and returns a new tensor of
-    ``x.dtype``, contiguous. Semantics are :func:`rope_ref.apply` (HF ``apply_rotary_pos_emb`` with the
-    attention factor in cos/sin; channels ``rotary_dim:`` pass through). Length-dependent scalings see
-    ``seq_len`` or, if ``None``, ``max(positions) + 1`` (a host sync; pass ``seq_len`` to avoid it).
-    ``kernel``: ``"torch"`` (eager torch ops, any device) or ``"triton"`` (one fused Triton kernel;
-    CUDA tensors, rotation in float32/float64; see ``docs/backends/torch.md``).
-    """
-    cfg = check_config(cfg)
-    x = check_x(x, cfg.head_dim)
-    angle_dtype = check_angle_dtype(angle_dtype)
-    compute = resolve_compute_dtype(compute_dtype, x.dtype)
-    pos = as_positions(positions, x.device)
-    check_broadcast(pos, tuple(x.shape[:-1]))
-    inv, factor = freq_table(cfg, seq_len_of(pos, cfg, seq_len), angle_dtype, x.device)
-    cos, sin = expand_tables(*angle_tables(pos, inv, factor), x.ndim)
-    return rotate_any(x, cos, sin, cfg.layout, cfg.rotary_dim, compute, autograd, kernel)
+__all__ = ["rotate", "apply_rotary_pos_emb", "RotaryEmbedding", "MAX_TABLE_BYTES"]
 
 
 def rotate(
@@ -254,7 +56,7 @@ def rotate(
         raise ValueError(f"2 * cos.shape[-1] = {rd} must be in 2..x.shape[-1] = {x.shape[-1]}")
     cos, sin = expand_tables(cos, sin, x.ndim)
     compute = resolve_compute_dtype(compute_dtype, x.dtype)
-    return rotate_any(x, cos, sin, layout, rd, compute, autograd, kernel)
+    return rotate_tables(x, cos, sin, layout, rd, compute, autograd, kernel, blocked=True)
 
 
 def apply_rotary_pos_emb(
@@ -304,6 +106,20 @@ def _check_max_position(max_position: Any, cfg: RopeConfig, angle_dtype: torch.d
     return max_position
 
 
+def _check_meta(pos: torch.Tensor, cfg: RopeConfig, seq_len: int | None, max_position: int | None) -> None:
+    """Positions on "meta" have no values: refuse (one line, naming the argument) what would read them."""
+    missing = []
+    if max_position is None and pos.numel() and not torch.compiler.is_compiling():
+        missing.append("max_position=")  # the on-demand cache reads min/max(positions)
+    if seq_len is None and cfg.scaling is not None and cfg.scaling.length_dependent and pos.numel():
+        missing.append("seq_len=")  # a length-dependent scaling reads max(positions)
+    if missing:
+        raise RuntimeError(
+            f"RotaryEmbedding cannot read positions on the meta device (they have no data): pass "
+            f"{' and '.join(missing)}"
+        )
+
+
 class RotaryEmbedding(torch.nn.Module):
     """RoPE for a model: ``forward(x, positions)`` rotates ``x``; ``tables(positions)`` gives cos/sin.
 
@@ -345,9 +161,7 @@ class RotaryEmbedding(torch.nn.Module):
         if compute_dtype is not None:
             resolve_compute_dtype(compute_dtype, torch.float32)
         self.compute_dtype = compute_dtype
-        if autograd not in ("function", "native"):
-            raise ValueError(f"autograd must be 'function' or 'native', got {autograd!r}")
-        self.autograd = autograd
+        self.autograd = check_autograd(autograd)
         if (
             isinstance(max_cached_tables, bool)
             or not isinstance(max_cached_tables, int)
@@ -455,6 +269,8 @@ class RotaryEmbedding(torch.nn.Module):
             else (positions.device if isinstance(positions, torch.Tensor) else torch.device("cpu"))
         )
         pos = as_positions(positions, dev)
+        if pos.device.type == "meta":
+            _check_meta(pos, self.cfg, seq_len, max_position)
         seq_len = seq_len_of(pos, self.cfg, seq_len)
         if pos.dtype.is_floating_point or pos.numel() == 0 or torch.compiler.is_compiling():
             return self._direct(pos, seq_len)
@@ -472,6 +288,5 @@ class RotaryEmbedding(torch.nn.Module):
         check_broadcast(pos, tuple(x.shape[:-1]))
         cos, sin = expand_tables(*self.tables(pos, seq_len=seq_len, max_position=max_position), x.ndim)
         compute = resolve_compute_dtype(self.compute_dtype, x.dtype)
-        return rotate_any(
-            x, cos, sin, self.cfg.layout, self.cfg.rotary_dim, compute, self.autograd, self.kernel
-        )
+        layout, rd = self.cfg.layout, self.cfg.rotary_dim
+        return rotate_tables(x, cos, sin, layout, rd, compute, self.autograd, self.kernel, blocked=True)

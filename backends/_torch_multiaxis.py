@@ -8,7 +8,7 @@ GLM-4V), 2D vision RoPE and ChatGLM-6B's 2D positions.
 
 Implementation: per spec, a constant gather index (built once, :func:`_pair_plan`) picks each pair's
 stream and its frequency from the per-stream tables; the tables are the oracle's float64 ``inv_freq``
-rounded once to the angle dtype (:func:`~rope_ref.backends._torch_core.freq_table`, so every scaling
+rounded once to the angle dtype (:func:`~rope_ref.backends._torch_tables.freq_table`, so every scaling
 is the oracle's). The angles ``m^(s(i)) * phi_i`` are one gather and one multiply; the rotation is the
 1D adapter's (:func:`~rope_ref.backends._torch_core.rotate_tables`: the memory-free autograd Function,
 the functional form under ``torch.compile``). ChatGLM-style ``blocks`` are a reshape of the rotated
@@ -18,7 +18,6 @@ channels into ``(blocks, 2 * n_pairs / blocks)``, each block paired by the layou
 from __future__ import annotations
 
 import functools
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -26,17 +25,9 @@ import torch
 from rope_ref.config import RopeConfig
 from rope_ref.multiaxis import MultiAxisRope
 
-from ._torch_core import (
-    as_positions,
-    check_angle_dtype,
-    check_broadcast,
-    check_x,
-    expand_tables,
-    freq_table,
-    resolve_compute_dtype,
-    rotate_tables,
-    seq_len_of,
-)
+from ._torch_checks import as_positions, check_angle_dtype, check_broadcast, check_x, resolve_compute_dtype
+from ._torch_core import rotate_tables
+from ._torch_tables import autocast_off, expand_tables, freq_table, seq_len_of
 
 __all__ = ["multiaxis_apply", "multiaxis_tables"]
 
@@ -125,12 +116,7 @@ def _tables(
     streams, gather, pair_table = _indices(spec, device)
     inv = parts[0][0] if len(parts) == 1 else torch.cat([p[0] for p in parts])
     phi = inv.index_select(0, gather)  # pair i: row gather[i] of its stream's table
-    off = (
-        torch.autocast(device.type, enabled=False)
-        if torch.amp.is_autocast_available(device.type)
-        else nullcontext()
-    )
-    with off:
+    with autocast_off(device.type):
         # The stream choice per pair: a gather of the (converted) positions along the stream axis.
         m = pos.to(angle_dtype).movedim(0, -1).index_select(-1, streams)
         theta = m * phi
@@ -160,7 +146,7 @@ def multiaxis_tables(
     """``(A cos(m^(s(i)) phi_i), A sin(...))`` in ``angle_dtype``, shape ``positions.shape[1:] + (n_pairs,)``.
 
     ``positions`` has shape ``(n_streams, ...)``. Angles are formed in ``angle_dtype`` with autocast off
-    (as :func:`~rope_ref.backends._torch_core.angle_tables`): positions converted, times the frequency
+    (as :func:`~rope_ref.backends._torch_tables.angle_tables`): positions converted, times the frequency
     rounded once to ``angle_dtype``. ``device``: that of ``positions`` (CPU for non-tensors) by default.
     """
     spec = _check_spec(spec)
@@ -186,7 +172,7 @@ def multiaxis_apply(
     ``positions`` (``(n_streams, ...)``, integer or real; ``positions[s]`` broadcasts against
     ``x.shape[:-1]`` after left-padding) as in :func:`rope_ref.multiaxis.apply`. Angles in
     ``angle_dtype`` (float32 default, float64 for a float64 check), rotation in ``compute_dtype`` (see
-    :func:`~rope_ref.backends._torch_core.resolve_compute_dtype`), result in ``x.dtype``. ``autograd``:
+    :func:`~rope_ref.backends._torch_checks.resolve_compute_dtype`), result in ``x.dtype``. ``autograd``:
     ``"function"`` (saves only cos/sin; backward is the inverse rotation) or ``"native"`` (plain
     autograd). Length-dependent scalings see ``seq_len`` or ``max(positions) + 1`` over all streams.
     Traceable by ``torch.compile(fullgraph=True)``.

@@ -31,6 +31,7 @@ __all__ = [
     "check_triton",
     "kernel_meta",
     "triton_status",
+    "operand_layout",
     "rotate_triton",
 ]
 
@@ -144,6 +145,27 @@ def _row_axes(shape: tuple[int, ...], strides: list[tuple[int, ...]]) -> tuple[l
     return sizes, merged
 
 
+def operand_layout(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor, n: int) -> tuple:
+    """``(x, cos, sin, n_rows, sizes[1:], strides)``: one tensor's arguments of a launch.
+
+    Row axes merged where the strides of x, cos, sin and out allow (:func:`_row_axes`), padded to four;
+    ``strides`` flat in the kernel's order (x's four and its channel stride, cos's, sin's, out's four).
+    """
+    lead = tuple(x.shape[:-1])
+    cos, sin = torch.broadcast_to(cos, lead + (n,)), torch.broadcast_to(sin, lead + (n,))
+    sizes, strides = _row_axes(lead, [t.stride()[:-1] for t in (x, cos, sin, out)])
+    if len(sizes) > _MAX_ROW_AXES:  # rare (5+ unmergeable axes): make every operand one flat run
+        x, cos, sin = x.contiguous(), cos.contiguous(), sin.contiguous()
+        sizes, strides = _row_axes(lead, [t.stride()[:-1] for t in (x, cos, sin, out)])
+    pad = _MAX_ROW_AXES - len(sizes)
+    sizes = [1] * pad + sizes
+    strides = [[0] * pad + s for s in strides]
+    flat = (
+        *strides[0], x.stride(-1), *strides[1], cos.stride(-1), *strides[2], sin.stride(-1), *strides[3]
+    )  # fmt: skip
+    return x, cos, sin, math.prod(lead), sizes[1:], flat
+
+
 def rotate_triton(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, rd: int, compute: torch.dtype
 ) -> torch.Tensor:
@@ -158,40 +180,18 @@ def rotate_triton(
             raise ValueError(f"{name} is on {table.device} but x is on {x.device}")
         if not table.dtype.is_floating_point:
             raise TypeError(f"{name} must be a floating tensor, got {table.dtype}")
-    lead = tuple(x.shape[:-1])
     n = rd // 2
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    cos = torch.broadcast_to(cos, lead + (n,))
-    sin = torch.broadcast_to(sin, lead + (n,))
-    sizes, strides = _row_axes(lead, [t.stride()[:-1] for t in (x, cos, sin, out)])
-    if len(sizes) > _MAX_ROW_AXES:  # rare (5+ unmergeable axes): make every operand one flat run
-        x, cos, sin = x.contiguous(), cos.contiguous(), sin.contiguous()
-        sizes, strides = _row_axes(lead, [t.stride()[:-1] for t in (x, cos, sin, out)])
-    pad = _MAX_ROW_AXES - len(sizes)
-    sizes = [1] * pad + sizes
-    strides = [[0] * pad + s for s in strides]
-    n_rows = math.prod(lead)
+    x_, cos, sin, n_rows, sizes, strides = operand_layout(x, cos, sin, out, n)
     meta = kernel_meta(layout, rd, x.shape[-1], compute)
     triton, kernel = _kernel()
     grid = (triton.cdiv(n_rows, meta["ROWS"]),)
     # Triton launches on the current CUDA device: make it x's (x may live on cuda:1).
     guard = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
     with guard:
-        _launch(kernel, grid, x, cos, sin, out, n_rows, sizes, strides, n, x.shape[-1] - rd, meta)
+        kernel[grid](
+            x_, cos, sin, out, n_rows, *sizes, *strides, n, x.shape[-1] - rd, 0, **meta, **LAUNCH_OPTIONS
+        )  # fmt: skip
     return out
-
-
-def _launch(kernel, grid, x, cos, sin, out, n_rows, sizes, strides, n, n_pass, meta) -> None:
-    kernel[grid](
-        x, cos, sin, out,
-        n_rows, sizes[1], sizes[2], sizes[3],
-        *strides[0], x.stride(-1),
-        *strides[1], cos.stride(-1),
-        *strides[2], sin.stride(-1),
-        *strides[3],
-        n, n_pass,
-        **meta,
-        **LAUNCH_OPTIONS,
-    )  # fmt: skip

@@ -1,14 +1,14 @@
 """Triton kernels of the torch adapter (imported only by :mod:`._torch_triton`, on first use).
 
-``rope_rows`` rotates a tile of rows by RoFormer (arXiv 2104.09864) eq. 34 in one pass (the body is
-``rope_tile``, which the q/k pair kernel shares); see
+``rope_rows`` rotates a tile of rows by RoFormer (arXiv 2104.09864) eq. 34 in one pass (the q/k pair
+kernel calls it as the body of each of its programs); see
 :func:`rope_ref.backends._torch_triton.rotate_triton` for the launch and the argument meaning.
 """
 
 import triton
 import triton.language as tl
 
-__all__ = ["rope_rows", "rope_tile"]
+__all__ = ["rope_rows"]
 
 
 @triton.jit
@@ -28,18 +28,21 @@ def round_out(y, out_ty: tl.constexpr):
 
 
 @triton.jit
-def rope_tile(
-    tile, x_ptr, cos_ptr, sin_ptr, out_ptr,
+def rope_rows(
+    x_ptr, cos_ptr, sin_ptr, out_ptr,
     n_rows, size1, size2, size3,
     sx0, sx1, sx2, sx3, sxd,
     sc0, sc1, sc2, sc3, scd,
     ss0, ss1, ss2, ss3, ssd,
     so0, so1, so2, so3,
-    n_pairs, n_pass,
+    n_pairs, n_pass, first_tile,
     INTERLEAVED: tl.constexpr, FP64: tl.constexpr,
     ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
 ):  # fmt: skip
-    """Rotate rows ``tile * ROWS ..`` of one tensor (RoFormer eq. 34, one rounding per operation)."""
+    """Rotate rows ``tile * ROWS ..`` of one tensor, ``tile = program_id - first_tile`` (RoFormer eq. 34,
+    one rounding per operation). Launched on its own with ``first_tile = 0``; the q/k pair kernel calls
+    it once per tensor."""
+    tile = tl.program_id(0) - first_tile
     rows = tile.to(tl.int64) * ROWS + tl.arange(0, ROWS).to(tl.int64)
     row_ok = rows < n_rows
     # The flat row index -> up to four leading indices (row-major over size0..size3).
@@ -74,20 +77,3 @@ def rope_tile(
         ok_p = row_ok[:, None] & (tl.arange(0, BLOCK_P) < n_pass)[None, :]
         kept = tl.load(x_ptr + x_row[:, None] + col_p[None, :] * sxd, mask=ok_p)
         tl.store(out_ptr + o_row[:, None] + col_p[None, :], kept, mask=ok_p)
-
-
-@triton.jit
-def rope_rows(
-    x_ptr, cos_ptr, sin_ptr, out_ptr,
-    n_rows, size1, size2, size3,
-    sx0, sx1, sx2, sx3, sxd,
-    sc0, sc1, sc2, sc3, scd,
-    ss0, ss1, ss2, ss3, ssd,
-    so0, so1, so2, so3,
-    n_pairs, n_pass,
-    INTERLEAVED: tl.constexpr, FP64: tl.constexpr,
-    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
-):  # fmt: skip
-    rope_tile(tl.program_id(0), x_ptr, cos_ptr, sin_ptr, out_ptr, n_rows, size1, size2, size3,
-              sx0, sx1, sx2, sx3, sxd, sc0, sc1, sc2, sc3, scd, ss0, ss1, ss2, ss3, ssd,
-              so0, so1, so2, so3, n_pairs, n_pass, INTERLEAVED, FP64, ROWS, BLOCK_N, BLOCK_P)  # fmt: skip

@@ -50,8 +50,9 @@ __all__ = [
 
 if _torch is not None:
     from ._torch_backend import POLICIES, TorchBackend
+    from ._torch_chatglm import chatglm_apply_2d, chatglm_position_ids
     from ._torch_core import RotateFunction, rotate_reference
-    from ._torch_extras import chatglm_apply_2d, chatglm_position_ids, decay_upper_bound
+    from ._torch_decay import decay_upper_bound
     from ._torch_kernels import apply, apply_qk, apply_qkv, split_qkv  # issue 16
     from ._torch_module import RotaryEmbedding, apply_rotary_pos_emb, rotate
     from ._torch_multiaxis import multiaxis_apply  # issue 20; docs/backends/torch.md
@@ -87,7 +88,7 @@ def make_backend(precision: str | None = None, device: str = "cpu", **options: A
     """
     ok, reason = available(device, **options)
     if not ok:
-        from rope_ref.conformance.registry import BackendUnavailable
+        from rope_ref.conformance.protocol import BackendUnavailable
 
         raise BackendUnavailable(reason)
     return TorchBackend(precision=precision, device=device, **options)

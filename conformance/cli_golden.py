@@ -35,6 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "rope-ref's own are still never replaced or removed)",
     )
     gen.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the whole set in --out (by default a --preset/--hf-config run replaces only the "
+        "cases of its --name and keeps every other case; a run that would drop cases it does not own, "
+        "such as the catalogue over a custom set or another --format, is refused without this flag)",
+    )
+    gen.add_argument(
         "--format",
         choices=("safetensors", "npz"),
         default="safetensors",
@@ -45,14 +52,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--hf-config", help="a Hugging Face config.json to take the RoPE settings from")
     gen.add_argument(
         "--name",
-        help="case-id prefix of a --preset/--hf-config set (default: the preset, else the config's "
-        "_name_or_path or model_type), so sets for different models can be merged",
+        help="the set's name, used in its case ids ({op}-NAME[-dtype]; default: the preset, else the "
+        "config's _name_or_path or model_type). Generating into an existing set replaces the cases of "
+        "this name and keeps the others, so sets for different models merge into one directory",
     )
     gen.add_argument(
         "--layout", choices=LAYOUTS, help="channel pairing (with --hf-config, if the config does not fix it)"
     )
     gen.add_argument("--shape", help="activation shape B,S,H,D for apply/apply_vjp (default 1,8,2,head_dim)")
-    gen.add_argument("--positions", help="S positions, e.g. '0:8' or '0,1,4095,4096' (default 0..S-1)")
+    gen.add_argument(
+        "--positions",
+        help="S positions, e.g. '0:8' or '0,1,4095,4096' (default: not 0..S-1 but the S most "
+        "precision-revealing positions for the model: 257, 2049, 4097 and the neighbours of its original "
+        "context, then consecutive positions beyond it)",
+    )
     gen.add_argument(
         "--dtype", default="fp32", help="activation dtype: fp64, fp32, fp16 or bf16 (default fp32)"
     )
@@ -62,9 +75,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ver = sub.add_parser(
         "verify",
         help="check a golden directory (default: the shipped set)",
-        description="Check schema, sha256 checksums and data against a fresh regeneration.",
+        description="Check schema, sha256 checksums and data against a fresh regeneration. The set is "
+        "untrusted input: its sizes are checked against limits before anything is allocated. Exit status: "
+        "0 verified, 1 a case does not match its regeneration, 2 usage error or a set over a --limit, "
+        "3 a corrupt, malformed or hostile set.",
     )
     ver.add_argument("directory", nargs="?", default=None, help="golden directory (default: the shipped set)")
+    add_limit_argument(ver)
+
+
+def add_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """``--limit NAME=N`` (repeatable): raise a reading limit of :class:`~.golden_limits.ReadLimits`."""
+    from .golden_limits import DEFAULT_LIMITS
+
+    defaults = ", ".join(f"{k}={v}" for k, v in vars(DEFAULT_LIMITS).items())
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=None,
+        metavar="NAME=N",
+        help=f"raise a reading limit of the golden set (repeatable; K/M/G/T suffixes); defaults: {defaults}",
+    )
 
 
 def _preset_names() -> tuple[str, ...]:
@@ -74,6 +105,10 @@ def _preset_names() -> tuple[str, ...]:
         return ()
     return preset_names()
 
+
+#: Exit statuses of ``verify`` and ``conformance run`` (also in ``rope-ref --help``): 0 passed, 1 a case
+#: failed, 2 a usage error or a set over a reading limit, 3 a corrupt, malformed or hostile set.
+EXIT_FAILED, EXIT_REFUSED, EXIT_CORRUPT = 1, 2, 3
 
 #: Most elements of the activation tensor ``--shape`` may ask for (about 128 MiB in float64).
 MAX_SHAPE_ELEMENTS = 2**24
@@ -194,12 +229,21 @@ def _generate(args: argparse.Namespace) -> int:
         )
         source = "custom"
     out = golden.write_golden(
-        cases, args.out, generator=_generator_command(args), source=source, fmt=args.format, force=args.force
+        cases,
+        args.out,
+        generator=_generator_command(args),
+        source=source,
+        fmt=args.format,
+        force=args.force,
+        group=name if custom else None,
+        replace=args.replace,
     )
     _, manifest = golden.read_manifest(out)
     names = [golden.MANIFEST] + [c["file"] for c in manifest["cases"]]
     size = sum((out / n).stat().st_size for n in names)
-    print(f"wrote {len(cases)} cases to {out} ({size / 1e6:.2f} MB, {args.format})")
+    kept = len(manifest["cases"]) - len(cases)
+    also = f", keeping {kept} other case(s)" if kept else ""
+    print(f"wrote {len(cases)} cases to {out} ({size / 1e6:.2f} MB, {args.format}){also}")
     return 0
 
 
@@ -207,11 +251,18 @@ def _verify(args: argparse.Namespace) -> int:
     from . import golden
 
     where = args.directory or str(golden.shipped_dir())
+    limits = golden.parse_limits(args.limit)
     try:
-        report = golden.verify_golden(args.directory)
+        report = golden.verify_golden(args.directory, limits)
+    except golden.GoldenLimitError as exc:
+        print(f"rope-ref golden verify: refused: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_REFUSED
     except golden.GoldenError as exc:
-        print(f"rope-ref golden verify: FAILED: {exc}", file=sys.stderr)
-        return 1
+        print(f"rope-ref golden verify: FAILED: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_CORRUPT
+    except MemoryError:
+        print(f"rope-ref golden verify: FAILED: {where}: out of memory reading the set", file=sys.stderr)
+        return EXIT_CORRUPT
     for note in report.notes:
         print(f"note: {note}")
     for problem in report.problems:
@@ -222,6 +273,10 @@ def _verify(args: argparse.Namespace) -> int:
         f"|diff|/tol = {report.worst_ratio:.3g}: {status}"
     )
     return 0 if report.ok else 1
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """``rope-ref conformance run``: check a backend against the golden vectors, report, set the exit code.
 
 Exit status: 0 when no case failed, 1 when at least one failed, 2 for usage errors (unknown backend,
-bad golden directory, ``-k`` matching nothing, unreadable xfail file).
+``-k`` matching nothing, unreadable xfail file) and a golden set over a ``--limit``, 3 for a corrupt,
+malformed or hostile golden set (``docs/golden-format.md``).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def _check_report_path(path: str, flag: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .cli_golden import add_limit_argument
+
     sub = parser.add_subparsers(dest="conformance_command", metavar="ACTION")
     sub.required = True
     p = sub.add_parser(
@@ -96,6 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout", type=float, default=None, metavar="S", help="per-case timeout in seconds (default 60)"
     )
+    add_limit_argument(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.add_argument("--list", action="store_true", help="list the selected case ids and exit")
     p.add_argument(
@@ -142,12 +146,12 @@ def _load_xfails(loader, path: str) -> dict[str, str]:
         raise ValueError(f"--xfails {path}: JSON nested too deeply") from None
 
 
-def _load_cases(golden: str | None):
+def _load_cases(golden: str | None, limits=None):
     try:
-        from .golden import load_golden
+        from .golden import DEFAULT_LIMITS, load_golden
     except ImportError as exc:  # pragma: no cover - only while the golden module is missing
         raise ValueError(f"the golden-vector loader is not available: {exc}") from None
-    return load_golden(golden)
+    return load_golden(golden, limits or DEFAULT_LIMITS)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -161,7 +165,18 @@ def _run(args: argparse.Namespace) -> int:
         for path, flag in ((args.json_report, "--json-report"), (args.junit_xml, "--junit-xml")):
             if path is not None:
                 _check_report_path(path, flag)
-    cases = _load_cases(args.golden)  # verifies schema and checksums before anything runs
+    from .cli_golden import EXIT_CORRUPT, EXIT_REFUSED
+    from .golden import GoldenError, GoldenLimitError, parse_limits
+
+    limits = parse_limits(getattr(args, "limit", None))
+    try:
+        cases = _load_cases(args.golden, limits)  # verifies schema and checksums before anything runs
+    except GoldenError as exc:
+        print(f"rope-ref conformance: error: {' '.join(str(exc).split())}", file=err)
+        return EXIT_REFUSED if isinstance(exc, GoldenLimitError) else EXIT_CORRUPT
+    except MemoryError:
+        print(f"rope-ref conformance: error: {args.golden}: out of memory reading the golden set", file=err)
+        return EXIT_CORRUPT
     xfails = _load_xfails(load_xfails, args.xfails) if args.xfails else None
     if args.list:
         for c in select_cases(cases, args.select):

@@ -1,4 +1,6 @@
-"""Issue 16: the shapes real kernels are called with, as conformance operations.
+"""Issue 16: the shapes real kernels are called with, as conformance operations: how the runner presents
+them to a backend, calls it and checks what it wrote (their cases and oracle evaluation are
+:mod:`conformance.cases.kernel_shapes`, their tolerance :mod:`rope_ref.tolerance`).
 
 Operations (optional in the protocol, :class:`~rope_ref.conformance.protocol.Backend`):
 
@@ -31,23 +33,21 @@ turns its output non-finite, and one that writes past it changes them, which the
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from rope_ref.case import placed_positions, v_heads_index
 
 __all__ = [
     "KERNEL_OPS",
     "ACTIVATIONS",
     "OUTPUTS",
     "placed_positions",
-    "evaluate",
-    "auxiliary",
     "present",
     "Presented",
     "call",
-    "bounds",
     "VIEW_KINDS",
 ]
 
@@ -60,114 +60,8 @@ OUTPUTS = {"apply_axes": ("out",), "round_trip": ("out",), "apply_qk": ("q", "k"
 VIEW_KINDS = ("transpose", "slice", "strided", "packed")
 
 
-def _rope(config: dict[str, Any]):
-    from .case import Case
-
-    return Case("kernel", "inv_freq", dict(config), {}, {}, "tables", "table").rope_config()
-
-
-def _ids(inputs: dict[str, np.ndarray], params: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray:
-    """The ids the case's positions form stands for: ``(B, S)`` / ``(S,)`` / ``(T,)`` float64."""
-    from rope_ref.positions import positions_from_cu_seqlens, positions_from_offset
-
-    axes = params["axes"]
-    form = params.get("form", "ids")
-    if form == "ids":
-        return np.asarray(inputs["positions"], dtype=np.float64)
-    if form == "offset":
-        offset = inputs["offset"] if "offset" in inputs else params["offset"]
-        seq = shape[axes.index("s")]
-        return positions_from_offset(offset, seq, batch=shape[axes.index("b")])
-    if form == "cu_seqlens":
-        starts = inputs.get("start_offsets", params.get("start_offset"))
-        return positions_from_cu_seqlens(inputs["cu_seqlens"], starts)
-    raise ValueError(f"unknown positions form {form!r}; expected ids, offset or cu_seqlens")
-
-
-def _main_input(op: str) -> str:
-    return ACTIVATIONS[op][0]
-
-
-def placed_positions(inputs: dict[str, np.ndarray], params: dict[str, Any], shape: tuple[int, ...]):
-    """Float64 positions broadcast over ``shape[:-1]`` (the activation's leading axes), and the seq_len a
-    length-dependent scaling resolves from them (the forward positions, also for ``inverse``)."""
-    from rope_ref.axes import positions_for_axes
-
-    ids = _ids(inputs, params, shape)
-    placed = positions_for_axes(ids, params["axes"], shape)
-    return np.broadcast_to(placed, shape[:-1]).astype(np.float64)
-
-
-def _seq_len(positions: np.ndarray, cfg, params: dict[str, Any]):
-    from rope_ref.frequencies import resolve_seq_len
-
-    return resolve_seq_len(positions, cfg, params.get("seq_len"))
-
-
-def _rotate(v: np.ndarray, pos: np.ndarray, cfg, seq_len, inverse: bool) -> np.ndarray:
-    import rope_ref
-
-    return rope_ref.apply(v, -pos if inverse else pos, cfg, seq_len=seq_len)
-
-
 def _qkv_heads(params: dict[str, Any]) -> tuple[int, int]:
     return int(params["num_heads_q"]), int(params["num_heads_kv"])
-
-
-def evaluate(
-    op: str, config: dict[str, Any], inputs: dict[str, np.ndarray], params: dict[str, Any]
-) -> dict[str, np.ndarray]:
-    """Expected tensors of a kernel-shape case, from the float64 oracle (:func:`rope_ref.apply` on positions
-    placed by :mod:`rope_ref.axes` / :mod:`rope_ref.positions`)."""
-    cfg = _rope(config)
-    inverse = bool(params.get("inverse", False))
-    if op in ("apply_axes", "round_trip"):
-        x = np.asarray(inputs["x"], dtype=np.float64)
-        pos = placed_positions(inputs, params, x.shape)
-        seq_len = _seq_len(pos, cfg, params)
-        y = _rotate(x, pos, cfg, seq_len, inverse)
-        if op == "round_trip":
-            y = _rotate(y, pos, cfg, seq_len, True)
-        return {"out": y}
-    if op == "apply_qk":
-        q = np.asarray(inputs["q"], dtype=np.float64)
-        k = np.asarray(inputs["k"], dtype=np.float64)
-        pos_q = placed_positions(inputs, params, q.shape)
-        seq_len = _seq_len(pos_q, cfg, params)
-        pos_k = placed_positions(inputs, params, k.shape)
-        return {"q": _rotate(q, pos_q, cfg, seq_len, inverse), "k": _rotate(k, pos_k, cfg, seq_len, inverse)}
-    if op == "apply_qkv":
-        qkv = np.asarray(inputs["qkv"], dtype=np.float64)
-        pos = placed_positions(inputs, params, qkv.shape)
-        seq_len = _seq_len(pos, cfg, params)
-        out = _rotate(qkv, pos, cfg, seq_len, inverse)
-        v = _v_index(params, qkv.ndim)
-        out[v] = qkv[v]
-        return {"out": out}
-    raise ValueError(f"unknown kernel-shape op {op!r}")
-
-
-def _v_index(params: dict[str, Any], ndim: int) -> tuple:
-    """Index of the V heads of a packed ``qkv`` (its last ``num_heads_kv`` heads)."""
-    hq, hk = _qkv_heads(params)
-    h = params["axes"].index("h")
-    return (slice(None),) * h + (slice(hq + hk, hq + 2 * hk),) + (slice(None),) * (ndim - h - 1)
-
-
-def auxiliary(
-    op: str, config: dict[str, Any], inputs: dict[str, np.ndarray], params: dict[str, Any]
-) -> dict[str, np.ndarray]:
-    """``inv_freq`` and ``attention_factor`` at the resolved seq_len (for readers in other languages)."""
-    import rope_ref
-
-    cfg = _rope(config)
-    main = inputs[_main_input(op)]
-    pos = placed_positions(inputs, params, np.shape(main))
-    seq_len = _seq_len(pos, cfg, params)
-    return {
-        "inv_freq": np.asarray(rope_ref.inv_freq(cfg, seq_len), dtype=np.float64),
-        "attention_factor": np.array(rope_ref.attention_factor(cfg, seq_len), dtype=np.float64),
-    }
 
 
 # -- presenting views to a backend -------------------------------------------------------------------------
@@ -342,7 +236,7 @@ def v_problem(case, outputs: dict[str, np.ndarray]) -> str | None:
     if case.op != "apply_qkv":
         return None
     qkv = np.asarray(case.inputs["qkv"], dtype=np.float64)
-    v = _v_index(case.params, qkv.ndim)
+    v = v_heads_index(case.params, qkv.ndim)
     got = outputs["out"][v]
     bad = ~((got == qkv[v]) | (np.isnan(got) & np.isnan(qkv[v])))
     if bad.any():
@@ -350,46 +244,3 @@ def v_problem(case, outputs: dict[str, np.ndarray]) -> str | None:
             f"V changed: {int(bad.sum())} of {bad.size} V elements differ from the input (must be bit-exact)"
         )
     return None
-
-
-# -- tolerance ----------------------------------------------------------------------------------------------
-
-
-def bounds(case, name: str, policy, rotation_bounds) -> tuple[np.ndarray, np.ndarray, list]:
-    """``(tol, exact, norms)`` of output ``name``: ``conformance.tolerance._rotation_bounds`` applied to
-    the placed positions (negated for ``inverse``; seq_len from the forward positions). ``round_trip``: the
-    first rotation's bound carried through the second (``sqrt(2) A`` times it) plus the second's, whose
-    input pairs have radius ``|A| r`` (the bound of ``|A| x``); no pair-norm check. ``apply_qkv``: V exact."""
-    import rope_ref
-
-    cfg = _rope(case.config)
-    p = case.params
-    inverse = bool(p.get("inverse", False))
-    source = {"out": _main_input(case.op), "q": "q", "k": "k"}[name]
-    v = np.asarray(case.inputs[source], dtype=np.float64)
-    pos = placed_positions(case.inputs, p, v.shape)
-    if case.op == "apply_qk":
-        seq_len = _seq_len(placed_positions(case.inputs, p, np.shape(case.inputs["q"])), cfg, p)
-    else:
-        seq_len = _seq_len(pos, cfg, p)
-    signed = -pos if inverse else pos
-    tol, exact, (a, b, amp, ntol) = rotation_bounds(v, signed, cfg, seq_len, policy)
-    if case.op == "round_trip":  # the intermediate's pairs have radius |A| r: the bound of |A| x
-        factor = abs(rope_ref.attention_factor(cfg, seq_len))
-        tol2, exact2, _ = rotation_bounds(factor * v, -signed, cfg, seq_len, policy)
-        tol = math.sqrt(2.0) * factor * tol + tol2
-        exact = exact & exact2
-        tol[exact] = 0.0
-        return tol, exact, []
-    norms = [(slice(None), a, b, amp, ntol)]
-    if case.op == "apply_qkv":
-        vi = _v_index(p, v.ndim)
-        tol[vi] = 0.0
-        exact[vi] = True
-        amp = amp.copy()
-        ntol = np.array(ntol, copy=True)
-        amp[vi] = np.hypot(v[..., a], v[..., b])[vi]
-        ntol = np.broadcast_to(ntol, amp.shape).copy()
-        ntol[vi] = 0.0
-        norms = [(slice(None), a, b, amp, ntol)]
-    return tol, exact, norms

@@ -7,13 +7,14 @@ from typing import Any
 import numpy as np
 
 import rope_ref
+from rope_ref.axes import qkv_heads
 
-from .protocol import Backend, PrecisionPolicy
+from .protocol import Backend, KernelCall, KernelShapeCalls, PrecisionPolicy
 
 __all__ = ["OracleBackend", "make_backend", "available"]
 
 
-class OracleBackend(Backend):
+class OracleBackend(KernelShapeCalls, Backend):
     """rope_ref's float64 NumPy functions behind the backend protocol."""
 
     name = "numpy"
@@ -45,27 +46,12 @@ class OracleBackend(Backend):
         seq_len = rope_ref.frequencies.resolve_seq_len(pos, cfg, seq_len)
         return rope_ref.apply(grad_out, -pos, cfg, seq_len=seq_len)
 
-    def chatglm_position_ids(
-        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
-    ):
-        return rope_ref.chatglm.position_ids(
-            input_ids,
-            bos_token_id=bos_token_id,
-            mask_token_id=mask_token_id,
-            gmask_token_id=gmask_token_id,
-            position_encoding_2d=position_encoding_2d,
-        )
+    # ChatGLM-6B ids: the token ids and the 2D flag (keyword-only, as in the protocol) go straight through.
+    def chatglm_position_ids(self, input_ids, **tokens):
+        return rope_ref.chatglm.position_ids(input_ids, **tokens)
 
-    def chatglm_next_position_ids(
-        self, input_ids, *, bos_token_id, mask_token_id, gmask_token_id, position_encoding_2d
-    ):
-        return rope_ref.chatglm.next_position_ids(
-            input_ids,
-            bos_token_id=bos_token_id,
-            mask_token_id=mask_token_id,
-            gmask_token_id=gmask_token_id,
-            position_encoding_2d=position_encoding_2d,
-        )
+    def chatglm_next_position_ids(self, input_ids, **tokens):
+        return rope_ref.chatglm.next_position_ids(input_ids, **tokens)
 
     def chatglm_apply_2d(self, x, position_ids, block_position_ids, *, base, precision):
         return rope_ref.chatglm.apply_2d(x, position_ids, block_position_ids, base=base, precision=precision)
@@ -100,112 +86,33 @@ class OracleBackend(Backend):
     # -- kernel shapes (issue 16): rope_ref.apply with axes / inverse on ids from rope_ref.positions --------
     inplace_ops = frozenset({"apply_axes", "apply_qk", "apply_qkv"})
 
-    def _rotated(self, x, cfg, axes, pos_kw, inverse, inplace, seq_len):
+    def _ids(self, x, call: KernelCall) -> np.ndarray:
         from rope_ref.positions import kernel_positions
 
-        ids = kernel_positions(np.shape(x), axes, **pos_kw)
-        y = rope_ref.apply(x, ids, cfg, axes=axes, inverse=inverse, seq_len=seq_len)
-        if inplace:
+        where = call.where()
+        del where["max_seqlen"]  # the oracle's ids need no bound on the sequence length
+        return kernel_positions(np.shape(x), call.axes, **where)
+
+    def _axes_call(self, x, cfg, call: KernelCall):
+        ids = self._ids(x, call)
+        y = rope_ref.apply(x, ids, cfg, axes=call.axes, inverse=call.inverse, seq_len=call.seq_len)
+        if call.inplace:
             x[...] = y
             return x
         return y
 
-    def apply_axes(
-        self,
-        x,
-        cfg,
-        *,
-        axes,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        pos_kw = dict(positions=positions, offset=offset, cu_seqlens=cu_seqlens, start_offsets=start_offsets)
-        return self._rotated(x, cfg, axes, pos_kw, inverse, inplace, seq_len)
+    def _qk_call(self, q, k, cfg, call: KernelCall):
+        rope_ref.axes.qk_head_axis(np.shape(q), np.shape(k), call.axes)
+        if call.seq_len is None and cfg.scaling is not None:
+            call = call.replace(seq_len=rope_ref.frequencies.resolve_seq_len(self._ids(q, call), cfg, None))
+        return self._axes_call(q, cfg, call), self._axes_call(k, cfg, call)
 
-    def apply_qk(
-        self,
-        q,
-        k,
-        cfg,
-        *,
-        axes,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        rope_ref.axes.qk_head_axis(np.shape(q), np.shape(k), axes)
-        if seq_len is None and cfg.scaling is not None:
-            from rope_ref.positions import kernel_positions
-
-            ids = kernel_positions(
-                np.shape(q),
-                axes,
-                positions=positions,
-                offset=offset,
-                cu_seqlens=cu_seqlens,
-                start_offsets=start_offsets,
-            )
-            seq_len = rope_ref.frequencies.resolve_seq_len(ids, cfg, None)
-        pos_kw = dict(positions=positions, offset=offset, cu_seqlens=cu_seqlens, start_offsets=start_offsets)
-        return (
-            self._rotated(q, cfg, axes, pos_kw, inverse, inplace, seq_len),
-            self._rotated(k, cfg, axes, pos_kw, inverse, inplace, seq_len),
-        )
-
-    def apply_qkv(
-        self,
-        qkv,
-        cfg,
-        *,
-        axes,
-        num_heads_q,
-        num_heads_kv,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        h = rope_ref.axes.parse_axes(axes, np.ndim(qkv)).index("h")
-        for name, n in (("num_heads_q", num_heads_q), ("num_heads_kv", num_heads_kv)):
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {n!r}")
-        if qkv.shape[h] != num_heads_q + 2 * num_heads_kv:
-            raise ValueError(
-                f"qkv.shape[{h}] = {qkv.shape[h]} does not split as num_heads_q + 2 * num_heads_kv = "
-                f"{num_heads_q} + 2 * {num_heads_kv}"
-            )
-        out = qkv if inplace else np.array(qkv, copy=True)
+    def _qkv_call(self, qkv, cfg, num_heads_q, num_heads_kv, call: KernelCall):
+        h, hq, hk = qkv_heads(np.shape(qkv), call.axes, num_heads_q, num_heads_kv)
+        out = qkv if call.inplace else np.array(qkv, copy=True)
         lead = (slice(None),) * h
-        q = out[lead + (slice(0, num_heads_q),)]
-        k = out[lead + (slice(num_heads_q, num_heads_q + num_heads_kv),)]
-        self.apply_qk(
-            q,
-            k,
-            cfg,
-            axes=axes,
-            positions=positions,
-            offset=offset,
-            cu_seqlens=cu_seqlens,
-            start_offsets=start_offsets,
-            inverse=inverse,
-            inplace=True,
-            seq_len=seq_len,
-        )
+        q, k = out[lead + (slice(0, hq),)], out[lead + (slice(hq, hq + hk),)]
+        self._qk_call(q, k, cfg, call.replace(inplace=True))
         return out
 
     def decay_upper_bound(self, distances, cfg):

@@ -17,13 +17,18 @@ passes are reported as borrowed, not as the backend's own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import Any
 
 import numpy as np
 
+from rope_ref.precision import DTYPES, PRECISION_ALIASES, PrecisionPolicy, canonical_dtype
+
 __all__ = [
     "Backend",
+    "BackendUnavailable",
+    "KernelCall",
+    "KernelShapeCalls",
     "PrecisionPolicy",
     "DTYPES",
     "PRECISION_ALIASES",
@@ -40,6 +45,13 @@ UNSUPPORTED_REASONS = {
 }
 
 
+class BackendUnavailable(RuntimeError):
+    """The backend exists but cannot run here (library or device missing); the message says why.
+
+    Raised by a backend module's ``make_backend`` (and by the registry when ``available()`` says no).
+    """
+
+
 class Unsupported(NotImplementedError):
     """Raised by a backend for a case it cannot run; ``reason`` is a key of :data:`UNSUPPORTED_REASONS`.
 
@@ -51,47 +63,6 @@ class Unsupported(NotImplementedError):
             raise ValueError(f"reason must be one of {sorted(UNSUPPORTED_REASONS)}, got {reason!r}")
         super().__init__(message)
         self.reason = reason
-
-
-#: Floating dtypes the suite knows, widest first.
-DTYPES = ("float64", "float32", "float16", "bfloat16")
-
-#: Short names accepted on the command line.
-PRECISION_ALIASES = {
-    "fp64": "float64",
-    "fp32": "float32",
-    "fp16": "float16",
-    "bf16": "bfloat16",
-    "float64": "float64",
-    "float32": "float32",
-    "float16": "float16",
-    "bfloat16": "bfloat16",
-}
-
-
-def canonical_dtype(name: str, argument: str = "dtype") -> str:
-    """Map ``fp32``/``float32``/... to the canonical name, raising ``ValueError`` naming ``argument``."""
-    if not isinstance(name, str) or name not in PRECISION_ALIASES:
-        raise ValueError(f"{argument} must be one of {sorted(PRECISION_ALIASES)}, got {name!r}")
-    return PRECISION_ALIASES[name]
-
-
-@dataclass(frozen=True)
-class PrecisionPolicy:
-    """How a backend computes, declared to the tolerance model.
-
-    ``io_dtype``: dtype of activations in and out (x, y, gradients).
-    ``angle_dtype``: dtype of position * inv_freq and of cos/sin evaluation.
-    ``compute_dtype``: dtype of the rotation arithmetic x*cos - y*sin.
-    """
-
-    io_dtype: str = "float64"
-    angle_dtype: str = "float64"
-    compute_dtype: str = "float64"
-
-    def __post_init__(self) -> None:
-        for field in ("io_dtype", "angle_dtype", "compute_dtype"):
-            object.__setattr__(self, field, canonical_dtype(getattr(self, field), field))
 
 
 class Backend:
@@ -242,6 +213,7 @@ class Backend:
     # inverse=True rotates by -m theta (a length-dependent scaling still sees the forward positions).
     # inplace=True only for operations named in ``inplace_ops``: write the result into the given array(s),
     # through their strides and only their elements, and return them; the runner judges those buffers.
+    # A backend may inherit :class:`KernelShapeCalls` to take these keywords once, as a :class:`KernelCall`.
 
     def permute(self, array: Any, order: tuple[int, ...]) -> Any:
         """A view of ``array`` with its axes permuted (``numpy.transpose(array, order)`` semantics).
@@ -356,3 +328,64 @@ class NextPositionIdsFromFullIds:
         )
         last = full[:, :, -1:]
         return last if position_encoding_2d else last[:, 0, :]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KernelCall:
+    """The keywords of one kernel-shape call (``apply_axes`` / ``apply_qk`` / ``apply_qkv``), defaults as in
+    :class:`Backend`: the axes, the positions in one of three forms, and the flags."""
+
+    axes: str
+    positions: Any = None
+    offset: Any = None
+    cu_seqlens: Any = None
+    start_offsets: Any = None
+    max_seqlen: int | None = None
+    inverse: bool = False
+    inplace: bool = False
+    seq_len: int | None = None
+
+    def where(self) -> dict[str, Any]:
+        """The keywords naming the positions: ids, offset, cu_seqlens, start_offsets, max_seqlen."""
+        return {
+            "positions": self.positions,
+            "offset": self.offset,
+            "cu_seqlens": self.cu_seqlens,
+            "start_offsets": self.start_offsets,
+            "max_seqlen": self.max_seqlen,
+        }
+
+    def keywords(self) -> dict[str, Any]:
+        """Every keyword, to forward the call to a function with the protocol's keywords."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def replace(self, **changes: Any) -> KernelCall:
+        return dataclasses.replace(self, **changes)
+
+
+class KernelShapeCalls:
+    """Mixin: :meth:`Backend.apply_axes`, ``apply_qk`` and ``apply_qkv`` with their keywords (names and
+    defaults of :class:`Backend`) bundled once into a :class:`KernelCall` and handed to the hooks
+    ``_axes_call(x, cfg, call)``, ``_qk_call(q, k, cfg, call)`` and
+    ``_qkv_call(qkv, cfg, num_heads_q, num_heads_kv, call)``, which a backend implements. An unknown keyword
+    raises ``TypeError``, as it would for the written-out signature."""
+
+    def apply_axes(self, x: Any, cfg: Any, *, axes: str, **keywords: Any) -> Any:
+        return self._axes_call(x, cfg, KernelCall(axes, **keywords))
+
+    def apply_qk(self, q: Any, k: Any, cfg: Any, *, axes: str, **keywords: Any) -> tuple[Any, Any]:
+        return self._qk_call(q, k, cfg, KernelCall(axes, **keywords))
+
+    def apply_qkv(
+        self, qkv: Any, cfg: Any, *, axes: str, num_heads_q: int, num_heads_kv: int, **keywords: Any
+    ) -> Any:
+        return self._qkv_call(qkv, cfg, num_heads_q, num_heads_kv, KernelCall(axes, **keywords))
+
+    def _axes_call(self, x: Any, cfg: Any, call: KernelCall) -> Any:
+        raise NotImplementedError
+
+    def _qk_call(self, q: Any, k: Any, cfg: Any, call: KernelCall) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def _qkv_call(self, qkv: Any, cfg: Any, num_heads_q: int, num_heads_kv: int, call: KernelCall) -> Any:
+        raise NotImplementedError

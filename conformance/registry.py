@@ -24,7 +24,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from .protocol import Backend
+from .protocol import Backend, BackendUnavailable
 
 __all__ = ["get_backend", "builtin_names", "BackendUnavailable", "BackendNotFound", "ENTRY_POINT_GROUP"]
 
@@ -39,10 +39,9 @@ _BUILTINS: dict[str, tuple[str, dict[str, Any]]] = {
     "cupy": ("rope_ref.backends.cupy", {}),
 }
 _ARRAY_API_PREFIX = "array-api:"
-
-
-class BackendUnavailable(RuntimeError):
-    """The backend exists but cannot run here (library or device missing); the message says why."""
+#: The peers (a floor above the suite) are plugins found by name, like the built-in backends above and the
+#: entry points below: the registry resolves names at run time and imports nothing of theirs.
+PEERS_PACKAGE = "rope_ref.peers"
 
 
 def builtin_names() -> list[str]:
@@ -53,10 +52,10 @@ def builtin_names() -> list[str]:
 def _peer_names() -> tuple[str, ...]:
     """Names of the built-in peer adapters (``rope_ref.peers``: other projects' RoPE under test)."""
     try:
-        from rope_ref.peers import PEERS
+        peers = importlib.import_module(PEERS_PACKAGE)
     except ImportError:
         return ()
-    return tuple(PEERS)
+    return tuple(peers.PEERS)
 
 
 def _from_module(module_name: str, options: dict[str, Any], precision: str | None) -> Backend:
@@ -134,9 +133,8 @@ def get_backend(name: str, precision: str | None = None) -> Backend:
         _require_module(name, target)
         return _from_module("rope_ref.backends.array_api", {"namespace": target}, precision)
     if name in _peer_names():
-        from rope_ref.peers import get_peer  # raises BackendUnavailable with the reason
-
-        return get_peer(name, precision)
+        # raises BackendUnavailable with the reason
+        return importlib.import_module(PEERS_PACKAGE).get_peer(name, precision)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             return _instantiate(ep.load(), name, precision)

@@ -20,12 +20,14 @@ import os
 import re
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 __all__ = [
     "SafetensorsError",
+    "SizeLimitError",
     "TENSOR_NAME_RE",
     "read_safetensors",
     "write_safetensors",
@@ -35,6 +37,9 @@ __all__ = [
     "NUMPY_TO_ST",
     "ST_TO_NUMPY",
     "MAX_JSON_DEPTH",
+    "MAX_DIM",
+    "MAX_NPZ_MEMBER",
+    "MAX_NPZ_RATIO",
     "loads_bounded",
 ]
 
@@ -60,6 +65,11 @@ ST_TO_NUMPY = {v: k for k, v in NUMPY_TO_ST.items()}
 
 # A header larger than this is refused before it is parsed (the reference reader uses 100 MB).
 _MAX_HEADER = 100 * 1024 * 1024
+#: Largest dimension accepted in a shape (NumPy's index type is a signed 64-bit integer).
+MAX_DIM = 2**62
+#: Default cap on one npz member's uncompressed size, and on its uncompressed/compressed ratio.
+MAX_NPZ_MEMBER = 2**30
+MAX_NPZ_RATIO = 64
 
 
 #: Deepest JSON nesting accepted in a safetensors header or a golden manifest (ours use 4 or 5 levels).
@@ -70,11 +80,29 @@ class SafetensorsError(ValueError):
     """A file is not valid safetensors (or npz); the message starts with the file's path."""
 
 
-def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> object:
+class SizeLimitError(SafetensorsError):
+    """A file is over a size limit of the reader (``limit`` names it) rather than malformed."""
+
+    def __init__(self, message: str, limit: str):
+        super().__init__(message)
+        self.limit = limit
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r:.80} in one object (the last one would silently win)")
+    return obj
+
+
+def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH, unique_keys: bool = False) -> object:
     """``json.loads`` that refuses nesting deeper than ``max_depth`` with a ``ValueError`` (never a
-    ``RecursionError``, whose depth depends on the interpreter's stack)."""
+    ``RecursionError``, whose depth depends on the interpreter's stack), and with ``unique_keys`` an
+    object that repeats a key."""
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, object_pairs_hook=_unique_keys if unique_keys else None)
     except RecursionError:
         raise ValueError(f"JSON nested deeper than {max_depth} levels") from None
     stack = [(obj, 1)]
@@ -137,9 +165,11 @@ def _parse_entry(name: str, info: object, where: str) -> tuple[str, tuple[int, .
     if code not in ST_TO_NUMPY and code != "BF16":
         raise SafetensorsError(f"{where}: tensor {name!r} has unsupported dtype {code!r}")
     if not isinstance(shape, list) or not all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
+        isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_DIM for s in shape
     ):
-        raise SafetensorsError(f"{where}: tensor {name!r} has a bad shape {shape!r}")
+        raise SafetensorsError(
+            f"{where}: tensor {name!r} has a bad shape {shape!r:.200} (non-negative integers up to 2^62)"
+        )
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
@@ -159,25 +189,30 @@ def _decode(code: str, raw: bytes, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def read_safetensors(
-    path: str | os.PathLike, data: bytes | None = None
+    path: str | os.PathLike, data: bytes | None = None, *, max_header: int = _MAX_HEADER
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Read a safetensors file: ``(tensors, metadata)``. BF16 tensors come back as float32.
 
     Every structural rule is checked (header length, JSON, dtypes, shapes, offsets that tile the
     buffer exactly); a violation raises :class:`SafetensorsError` naming ``path``. ``data`` lets a
-    caller pass bytes it already read (and checksummed).
+    caller pass bytes it already read (and checksummed). A header longer than ``max_header`` bytes, a
+    repeated JSON key or a dimension over 2^62 is refused before anything is allocated.
     """
     where = str(path)
     blob = Path(path).read_bytes() if data is None else data
     if len(blob) < 8:
         raise SafetensorsError(f"{where}: truncated: {len(blob)} bytes, fewer than the 8-byte header length")
     (n,) = struct.unpack("<Q", blob[:8])
-    if n > _MAX_HEADER or 8 + n > len(blob):
+    if 8 + n > len(blob):
         raise SafetensorsError(
             f"{where}: truncated or corrupt: header length {n} but the file has {len(blob)} bytes"
         )
+    if n > max_header:
+        raise SizeLimitError(
+            f"{where}: header length = {n} bytes is over the limit of {max_header} bytes", "header_bytes"
+        )
     try:
-        header = loads_bounded(blob[8 : 8 + n].decode("utf-8"))
+        header = loads_bounded(blob[8 : 8 + n].decode("utf-8"), unique_keys=True)
     except (UnicodeDecodeError, ValueError) as exc:
         raise SafetensorsError(f"{where}: header is not valid UTF-8 JSON ({exc})") from None
     if not isinstance(header, dict):
@@ -185,7 +220,7 @@ def read_safetensors(
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise SafetensorsError(f"{where}: __metadata__ must map str to str")
-    buffer = blob[8 + n :]
+    buffer = memoryview(blob)[8 + n :]
     entries = []
     for name, info in header.items():
         code, shape, begin, end = _parse_entry(_check_name(name, where), info, where)
@@ -237,14 +272,75 @@ def write_npz(path: str | os.PathLike | io.BytesIO, tensors: dict[str, np.ndarra
             zf.writestr(info, buf.getvalue())
 
 
-def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Read an ``.npz`` with ``allow_pickle=False``; a bad file raises :class:`SafetensorsError` naming it."""
+def _npy_array(raw: bytes, where: str, member: str) -> np.ndarray:
+    """Parse one ``.npy`` member held in memory; its header must account for every byte."""
+    buf = io.BytesIO(raw)
+    fmt = np.lib.format
+    version = fmt.read_magic(buf)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"member {member}: .npy format version {version} is not supported")
+    read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    shape, fortran, dtype = read_header(buf)
+    if dtype.hasobject:
+        raise ValueError(f"member {member}: object arrays need pickle, which is never used")
+    if not all(0 <= d <= MAX_DIM for d in shape):
+        raise ValueError(f"member {member}: shape {shape!r:.200} has a dimension over 2^62")
+    count = math.prod(shape)
+    if count * dtype.itemsize != len(raw) - buf.tell():
+        raise ValueError(
+            f"member {member}: shape {list(shape)} of {dtype} needs {count * dtype.itemsize} bytes, "
+            f"the member holds {len(raw) - buf.tell()} (truncated or padded)"
+        )
+    arr = np.frombuffer(raw, dtype=dtype, count=count, offset=buf.tell())
+    return arr.reshape(shape, order="F" if fortran else "C").copy(order="K")
+
+
+def read_npz(
+    path: str | os.PathLike,
+    data: bytes | None = None,
+    *,
+    max_member: int = MAX_NPZ_MEMBER,
+    max_ratio: float = MAX_NPZ_RATIO,
+) -> dict[str, np.ndarray]:
+    """Read an ``.npz`` without pickle; a bad file raises :class:`SafetensorsError` naming it.
+
+    Decompression is bounded before it starts: a member may declare at most ``max_member`` uncompressed
+    bytes and at most ``max_ratio`` times its compressed size (a zip bomb is refused, not inflated), and
+    no more than the declared size is ever produced. Repeated member names are refused.
+    """
     where = str(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
-            out = {_check_name(k, where): np.array(z[k]) for k in z.files}
+        with zipfile.ZipFile(io.BytesIO(data) if data is not None else path) as zf:
+            infos = zf.infolist()
+            out: dict[str, np.ndarray] = {}
+            for info in infos:
+                name = info.filename
+                if not name.endswith(".npy"):
+                    raise ValueError(f"member {name!r:.80} is not a .npy file")
+                key = _check_name(name[:-4], where)
+                if key in out:
+                    raise ValueError(f"member {name!r} occurs twice")
+                if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                    raise ValueError(f"member {name}: compression {info.compress_type} is not supported")
+                if info.file_size > max_member:
+                    raise SizeLimitError(
+                        f"{where}: member {name}: uncompressed size = {info.file_size} bytes is over the "
+                        f"limit of {max_member} bytes",
+                        "tensor_bytes",
+                    )
+                if info.file_size > max_ratio * max(info.compress_size, 1):
+                    raise SizeLimitError(
+                        f"{where}: member {name}: expansion ratio = {info.file_size}/{info.compress_size} "
+                        f"bytes is over the limit of {max_ratio:g} (a zip bomb?)",
+                        "npz_ratio",
+                    )
+                with zf.open(info) as fh:
+                    raw = fh.read(info.file_size + 1)
+                if len(raw) != info.file_size:
+                    raise ValueError(f"member {name}: holds {len(raw)} bytes, declares {info.file_size}")
+                out[key] = _npy_array(raw, where, name)
     except SafetensorsError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, NotImplementedError, zlib.error) as exc:
         raise SafetensorsError(f"{where}: not a readable pickle-free npz ({exc})") from None
     return dict(sorted(out.items()))

@@ -17,30 +17,25 @@ from typing import Any
 
 __all__ = ["PEERS", "GPU_PEERS", "peer_names", "get_peer", "peer_status", "FINDINGS_DIR"]
 
-#: name -> (adapter module relative to this package, options for make_backend/available)
-PEERS: dict[str, tuple[str, dict[str, Any]]] = {
-    "hf:llama": ("hf", {"family": "llama"}),
-    "hf:gpt-neox": ("hf", {"family": "gpt-neox"}),
-    "hf:glm": ("hf", {"family": "glm"}),
-    "hf:gptj": ("hf", {"family": "gptj"}),
-    "onnxruntime": ("onnx_peers", {"flavour": "onnxruntime"}),
-    "onnxruntime:contrib": ("onnx_peers", {"flavour": "onnxruntime:contrib"}),
-    "onnx-reference": ("onnx_peers", {"flavour": "onnx-reference"}),
-    "rotary-embedding-torch": ("rotary_embedding_torch_peer", {}),
-    "torchtune": ("torchtune_peer", {}),
-    "keras-hub:torch": ("keras_hub_peer", {"keras_backend": "torch"}),
-    "keras-hub:jax": ("keras_hub_peer", {"keras_backend": "jax"}),
-    "mlx": ("mlx_peers", {"flavour": "mlx"}),
-    "mlx-lm": ("mlx_peers", {"flavour": "mlx-lm"}),
-    "flash-attn": ("gpu_peers", {"library": "flash-attn"}),
-    "liger-kernel": ("gpu_peers", {"library": "liger-kernel"}),
-    "vllm": ("gpu_peers", {"library": "vllm"}),
-    "transformer-engine": ("gpu_peers", {"library": "transformer-engine"}),
-    "flashinfer": ("gpu_peers", {"library": "flashinfer"}),
-}
-
 #: Peers whose kernels need a CUDA GPU (run when one is present, otherwise listed as not run).
 GPU_PEERS = ("flash-attn", "liger-kernel", "vllm", "transformer-engine", "flashinfer")
+
+
+def _variants(module: str, option: str, names: tuple[str, ...], prefix: str = "") -> dict[str, tuple]:
+    """``prefix + name -> (module, {option: name})`` for each name: one adapter module, several peers."""
+    return {prefix + name: (module, {option: name}) for name in names}
+
+
+#: name -> (adapter module relative to this package, options for make_backend/available)
+PEERS: dict[str, tuple[str, dict[str, Any]]] = {
+    **_variants("hf", "family", ("llama", "gpt-neox", "glm", "gptj"), "hf:"),
+    **_variants("onnx_peers", "flavour", ("onnxruntime", "onnxruntime:contrib", "onnx-reference")),
+    "rotary-embedding-torch": ("rotary_embedding_torch_peer", {}),
+    "torchtune": ("torchtune_peer", {}),
+    **_variants("keras_hub_peer", "keras_backend", ("torch", "jax"), "keras-hub:"),
+    **_variants("mlx_peers", "flavour", ("mlx", "mlx-lm")),
+    **_variants("gpu_peers", "library", GPU_PEERS),
+}
 
 #: One findings file per peer (``<name with ':' as '_'>.toml``): the known failures, each explained.
 FINDINGS_DIR = Path(__file__).with_name("findings")
@@ -67,7 +62,7 @@ def peer_status(name: str) -> tuple[bool, str]:
 
 def get_peer(name: str, precision: str | None = None):
     """A ready backend for peer ``name`` (``BackendUnavailable`` if the library or device is missing)."""
-    from rope_ref.conformance.registry import BackendUnavailable
+    from rope_ref.conformance.protocol import BackendUnavailable
 
     ok, reason = peer_status(name)
     if not ok:

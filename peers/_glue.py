@@ -26,6 +26,8 @@ import numpy as np
 from rope_ref.conformance.protocol import PRECISION_ALIASES, Backend, PrecisionPolicy
 from rope_ref.conformance.protocol import Unsupported as _ProtocolUnsupported
 
+from rope_ref.case import OPS as CASE_OPS
+
 __all__ = [
     "Peer",
     "Unsupported",
@@ -34,6 +36,7 @@ __all__ = [
     "tokens",
     "prefill_plan",
     "probe_cos_sin",
+    "probe_tables",
     "layout_permutation",
     "integer_positions",
     "config_key",
@@ -43,17 +46,8 @@ __all__ = [
 #: canonical dtype name -> short precision name (the ecosystem page's columns)
 SHORT = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
-OPS = (
-    "inv_freq",
-    "attention_factor",
-    "cos_sin",
-    "apply",
-    "apply_vjp",
-    "chatglm_position_ids",
-    "chatglm_apply_2d",
-    "chatglm_next_position_ids",
-    "decay_upper_bound",
-)
+#: The protocol's original operations (before multi-axis and kernel shapes), which every peer routes.
+OPS = CASE_OPS[: CASE_OPS.index("multiaxis_apply")]
 
 #: Operations no RoPE library offers; every peer reports them unsupported with this reason.
 NOT_LIBRARY_OPS = {
@@ -108,8 +102,12 @@ class Peer(Backend):
     cannot: dict[str, str] = {}
     #: free-text notes shown on the ecosystem page (how the adapter drives the library)
     notes: tuple[str, ...] = ()
+    #: the default :meth:`policies`: dtype of the frequency/cos-sin tables, and of the rotation (None: I/O)
+    table_dtype = "float32"
+    compute_dtype: str | None = None
 
     def __init__(self, precision: str | None = None) -> None:
+        self._modules: dict[Any, Any] = {}  # the library's modules per config, built on first use
         short = SHORT[PRECISION_ALIASES[precision]] if precision else self.precisions[0]
         if short not in self.precisions:
             raise ValueError(f"peer {self.peer!r} runs at {', '.join(self.precisions)}, not {precision!r}")
@@ -122,9 +120,9 @@ class Peer(Backend):
 
     # -- precision per operation ----------------------------------------------------------------------
     def policies(self, io: str) -> dict[str, PrecisionPolicy]:
-        """Policy per operation; the default: float32 tables, rotation in the I/O dtype."""
-        p = PrecisionPolicy(io, "float32", io)
-        return dict.fromkeys(OPS, p)
+        """Policy per operation; the default: ``table_dtype`` tables, rotation in ``compute_dtype`` (the I/O
+        dtype when None) for every operation."""
+        return dict.fromkeys(OPS, PrecisionPolicy(io, self.table_dtype, self.compute_dtype or io))
 
     # -- the protocol, routed to the _op methods ------------------------------------------------------
     def _route(self, op: str, *args: Any, **kwargs: Any) -> Any:
@@ -290,6 +288,23 @@ def probe_cos_sin(
     e[:, i, a] = 1.0
     y = np.asarray(rotate(e), dtype=np.float64)
     return y[:, i, a], y[:, i, b]
+
+
+def probe_tables(
+    positions: np.ndarray, cfg, rotate_rows: Callable[[np.ndarray, np.ndarray], Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(cos, sin)``, each ``positions.shape + (rotary_dim // 2,)``, of a rotate-only library through
+    :func:`probe_cos_sin`: ``rotate_rows(rows, ids)`` rotates float32 rows ``(n, head_dim)`` by the positions
+    ``ids`` ``(n,)`` in the library and returns them as NumPy."""
+    flat = positions.reshape(-1)
+    k = cfg.rotary_dim // 2
+
+    def rotate(e: np.ndarray) -> np.ndarray:
+        rows = e.reshape(-1, cfg.head_dim).astype(np.float32)
+        return np.asarray(rotate_rows(rows, np.repeat(flat, k))).reshape(e.shape)
+
+    cos, sin = probe_cos_sin(rotate, flat.size, cfg)
+    return cos.reshape(positions.shape + (k,)), sin.reshape(positions.shape + (k,))
 
 
 def layout_permutation(rotary_dim: int, head_dim: int) -> np.ndarray:

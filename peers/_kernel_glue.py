@@ -10,8 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from rope_ref.conformance.protocol import KernelCall, KernelShapeCalls
 
-from rope_ref.axes import qk_head_axis
+from rope_ref.axes import qk_head_axis, qkv_heads
+from rope_ref.kernel_args import (
+    check_cu_seqlens,
+    check_max_seqlen,
+    check_offset,
+    check_start_offsets,
+    position_form,
+)
 
 from ._glue import Unsupported, integer_positions
 
@@ -43,60 +51,45 @@ class _Positions:
     seq_len: int | None = None
 
 
-def _positions(axes, shape, cfg, peer, positions, offset, cu_seqlens, start_offsets, max_seqlen, seq_len):
+def _positions(axes: str, shape: tuple[int, ...], cfg, peer: str, call: KernelCall) -> _Positions:
     from rope_ref.frequencies import resolve_seq_len
 
-    given = [
-        n
-        for n, v in (("positions", positions), ("offset", offset), ("cu_seqlens", cu_seqlens))
-        if v is not None
-    ]
-    if len(given) != 1:
-        raise ValueError(f"give exactly one of positions, offset, cu_seqlens (got {given or 'none'})")
-    positions, offset, cu_seqlens, start_offsets = map(_host, (positions, offset, cu_seqlens, start_offsets))
+    position_form(call.positions, call.offset, call.cu_seqlens, call.start_offsets, axes=axes)
+    positions, offset, cu_seqlens, start_offsets = map(
+        _host, (call.positions, call.offset, call.cu_seqlens, call.start_offsets)
+    )
     p = _Positions(np.zeros(0))
     if axes == "thd":
         n_tok = shape[0]
-        if offset is not None:
-            raise ValueError("offset needs axes with b and s; thd takes positions or cu_seqlens")
         if positions is not None:
             p.grid = np.asarray(positions).reshape(n_tok)
         else:
-            cu = np.asarray(cu_seqlens)
-            if cu.ndim != 1 or cu.size < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0) or cu[-1] != n_tok:
-                raise ValueError(
-                    f"cu_seqlens must start at 0, not decrease and end at the token count {n_tok}, got {cu}"
-                )
-            cu = integer_positions(cu, peer)
+            lengths = check_cu_seqlens(np.asarray(cu_seqlens), n_tok)
+            check_max_seqlen(call.max_seqlen, lengths)
+            cu = integer_positions(cu_seqlens, peer)
             n_seq = cu.size - 1
             starts = 0 if start_offsets is None else start_offsets
-            if np.ndim(starts) not in (0, 1) or (np.ndim(starts) == 1 and np.size(starts) != n_seq):
-                raise ValueError(f"start_offsets must be an int or one per sequence ({n_seq}), got {starts}")
-            starts = integer_positions(np.broadcast_to(np.asarray(starts), (n_seq,)), peer)
-            lengths = np.diff(cu)
+            starts = check_start_offsets(integer_positions(starts, peer), n_seq)
             p.grid = np.repeat(starts - cu[:-1], lengths) + np.arange(n_tok)
-            p.cu, p.max_seqlen = cu, int(max_seqlen if max_seqlen is not None else lengths.max(initial=0))
+            p.cu = cu
+            p.max_seqlen = int(call.max_seqlen if call.max_seqlen is not None else lengths.max(initial=0))
             p.starts = (
                 int(start_offsets) if np.ndim(start_offsets) == 0 and start_offsets is not None else starts
             )
     else:
-        if cu_seqlens is not None:
-            raise ValueError(f"cu_seqlens needs axes thd, not {axes!r}")
         b, s = shape[axes.index("b")], shape[axes.index("s")]
         if positions is not None:
             p.grid = np.broadcast_to(np.asarray(positions), (b, s))
         else:
-            off = np.asarray(offset)
-            if np.ndim(off) not in (0, 1) or (off.ndim == 1 and off.size != b):
-                raise ValueError(f"offset must be an int or one per batch row ({b}), got {offset}")
-            off = integer_positions(np.broadcast_to(off, (b,)), peer)
-            p.grid = off[:, None] + np.arange(s)
+            off = integer_positions(offset, peer)
+            check_offset(off, b, axes)
+            p.grid = np.broadcast_to(off, (b,))[:, None] + np.arange(s)
             p.offset = int(offset) if np.ndim(offset) == 0 else off
-    p.seq_len = resolve_seq_len(np.asarray(p.grid, dtype=np.float64), cfg, seq_len)
+    p.seq_len = resolve_seq_len(np.asarray(p.grid, dtype=np.float64), cfg, call.seq_len)
     return p
 
 
-class KernelShapes:
+class KernelShapes(KernelShapeCalls):
     """Issue 16's ``apply_axes`` / ``apply_qk`` / ``apply_qkv`` for a peer, CPU or GPU.
 
     Checks the arguments, reads the positions (:func:`_positions`: a ``(B, S)`` or ``(T,)`` id grid, the
@@ -118,106 +111,33 @@ class KernelShapes:
     def _not_in_place(self, op: str) -> str:
         return f"{self.peer} rotates out of place"
 
-    def _kernel(self, op: str, main, axes: str, inplace: bool, cfg, forms: dict) -> _Positions:
+    def _kernel(self, op: str, main, cfg, call: KernelCall) -> _Positions:
         """Checks shared by the three operations; the case's positions in the kernel's terms."""
         reason = self._no_call(op)
         if reason is not None:
             raise Unsupported(reason, "operation")
-        if inplace and op not in self.inplace_ops:
+        if call.inplace and op not in self.inplace_ops:
             raise Unsupported(self._not_in_place(op), "operation")
+        axes = call.axes
         if axes not in _AXES or len(axes) != len(main.shape):
             raise ValueError(f"axes must be one of {_AXES} matching x.ndim={len(main.shape)}, got {axes!r}")
         if main.shape[-1] != cfg.head_dim:
             raise ValueError(f"last axis {main.shape[-1]} is not head_dim {cfg.head_dim}")
-        return _positions(axes, tuple(main.shape), cfg, self.peer, **forms)
+        return _positions(axes, tuple(main.shape), cfg, self.peer, call)
 
-    def apply_axes(
-        self,
-        x,
-        cfg,
-        *,
-        axes,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        forms = dict(
-            positions=positions,
-            offset=offset,
-            cu_seqlens=cu_seqlens,
-            start_offsets=start_offsets,
-            max_seqlen=max_seqlen,
-            seq_len=seq_len,
-        )
-        p = self._kernel("apply_axes", x, axes, inplace, cfg, forms)
-        return self._rotate_axes(x, cfg, axes, p, bool(inverse), bool(inplace))
+    def _axes_call(self, x, cfg, call: KernelCall):
+        p = self._kernel("apply_axes", x, cfg, call)
+        return self._rotate_axes(x, cfg, call.axes, p, bool(call.inverse), bool(call.inplace))
 
-    def apply_qk(
-        self,
-        q,
-        k,
-        cfg,
-        *,
-        axes,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        forms = dict(
-            positions=positions,
-            offset=offset,
-            cu_seqlens=cu_seqlens,
-            start_offsets=start_offsets,
-            max_seqlen=max_seqlen,
-            seq_len=seq_len,
-        )
-        p = self._kernel("apply_qk", q, axes, inplace, cfg, forms)
-        qk_head_axis(tuple(q.shape), tuple(k.shape), axes)
-        return self._rotate_qk(q, k, cfg, axes, p, bool(inverse), bool(inplace))
+    def _qk_call(self, q, k, cfg, call: KernelCall):
+        p = self._kernel("apply_qk", q, cfg, call)
+        qk_head_axis(tuple(q.shape), tuple(k.shape), call.axes)
+        return self._rotate_qk(q, k, cfg, call.axes, p, bool(call.inverse), bool(call.inplace))
 
-    def apply_qkv(
-        self,
-        qkv,
-        cfg,
-        *,
-        axes,
-        num_heads_q,
-        num_heads_kv,
-        positions=None,
-        offset=None,
-        cu_seqlens=None,
-        start_offsets=None,
-        max_seqlen=None,
-        inverse=False,
-        inplace=False,
-        seq_len=None,
-    ):
-        forms = dict(
-            positions=positions,
-            offset=offset,
-            cu_seqlens=cu_seqlens,
-            start_offsets=start_offsets,
-            max_seqlen=max_seqlen,
-            seq_len=seq_len,
-        )
-        p = self._kernel("apply_qkv", qkv, axes, inplace, cfg, forms)
-        hq, hk = int(num_heads_q), int(num_heads_kv)
-        if hk <= 0 or hq % hk or qkv.shape[axes.index("h")] != hq + 2 * hk:
-            raise ValueError(
-                f"num_heads_q={hq}, num_heads_kv={hk}: the head axis ({qkv.shape[axes.index('h')]}) must "
-                "hold num_heads_q + 2 * num_heads_kv heads, num_heads_kv dividing num_heads_q"
-            )
-        return self._rotate_qkv(qkv, cfg, axes, hq, hk, p, bool(inverse), bool(inplace))
+    def _qkv_call(self, qkv, cfg, num_heads_q, num_heads_kv, call: KernelCall):
+        p = self._kernel("apply_qkv", qkv, cfg, call)
+        _, hq, hk = qkv_heads(tuple(qkv.shape), call.axes, num_heads_q, num_heads_kv)
+        return self._rotate_qkv(qkv, cfg, call.axes, hq, hk, p, bool(call.inverse), bool(call.inplace))
 
     # -- library hooks (the CPU peers' defaults: out of place, through _k_axes / _k_qk) ------------------
     def _rotate_axes(self, x, cfg, axes, p, inverse, inplace):

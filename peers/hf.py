@@ -76,7 +76,6 @@ class HFPeer(KernelShapes, Peer):
         self._mod = importlib.import_module(f"transformers.models.{mod}.modeling_{mod}")
         self._cfg_cls = getattr(importlib.import_module("transformers"), cfg_cls)
         self._rot_cls = getattr(self._mod, rot_cls) if rot_cls else None
-        self._modules: dict[str, Any] = {}
         self.cannot = {}
         self.notes = (
             f"{self.layout} layout only; "

@@ -50,7 +50,7 @@ from ._glue import (
     emulated_length,
     layout_permutation,
     prefill_plan,
-    probe_cos_sin,
+    probe_tables,
     tokens,
 )
 
@@ -225,16 +225,12 @@ class KerasHubPeer(Peer):
     def _cos_sin(self, positions, cfg, seq_len):
         import keras
 
-        p = np.asarray(positions)
-        flat = p.reshape(-1)
-        k = cfg.rotary_dim // 2
+        def rotate_rows(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+            return self.to_numpy(
+                self._rotate(keras.ops.convert_to_tensor(rows, dtype=self.io), ids, cfg, seq_len)
+            )
 
-        def rotate(e: np.ndarray) -> np.ndarray:
-            t = keras.ops.convert_to_tensor(e.reshape(-1, cfg.head_dim).astype(np.float32), dtype=self.io)
-            return self.to_numpy(self._rotate(t, np.repeat(flat, k), cfg, seq_len)).reshape(e.shape)
-
-        cos, sin = probe_cos_sin(rotate, flat.size, cfg)
-        return cos.reshape(p.shape + (k,)), sin.reshape(p.shape + (k,))
+        return probe_tables(np.asarray(positions), cfg, rotate_rows)
 
     def _apply(self, x, positions, cfg, seq_len):
         import keras

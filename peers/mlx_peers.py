@@ -34,9 +34,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from rope_ref.conformance.protocol import PrecisionPolicy
 
-from ._glue import OPS, Peer, Unsupported, config_key, emulated_length, prefill_plan, probe_cos_sin, tokens
+from ._glue import Peer, Unsupported, config_key, emulated_length, prefill_plan, probe_tables, tokens
 from ._kernel_glue import KernelShapes, offset_rows, runs
 
 __all__ = ["MlxPeer", "make_backend", "available"]
@@ -56,6 +55,7 @@ def available(flavour: str = "mlx", **_: Any) -> tuple[bool, str]:
 
 class MlxPeer(KernelShapes, Peer):
     precisions = ("fp32", "fp16", "bf16")
+    compute_dtype = "float32"
     kernel_cannot = {"apply_qkv": "mlx's rope takes one tensor (no packed-qkv call)"}
 
     def __init__(self, flavour: str = "mlx", precision: str | None = None) -> None:
@@ -72,11 +72,7 @@ class MlxPeer(KernelShapes, Peer):
             "positions as offset + arange(seq): prefill emulation, decode per position past 2^23 elements",
             "cos/sin read with unit-vector probes",
         )
-        self._modules: dict[str, Any] = {}
         super().__init__(precision)
-
-    def policies(self, io: str) -> dict[str, PrecisionPolicy]:
-        return dict.fromkeys(OPS, PrecisionPolicy(io, "float32", "float32"))
 
     def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> Any:
         import mlx.core as mx
@@ -201,16 +197,10 @@ class MlxPeer(KernelShapes, Peer):
     def _cos_sin(self, positions, cfg, seq_len):
         import mlx.core as mx
 
-        p = np.asarray(positions)
-        flat = p.reshape(-1)
-        k = cfg.rotary_dim // 2
+        def rotate_rows(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+            return self.to_numpy(self._apply(mx.array(rows), ids, cfg, seq_len))
 
-        def rotate(e: np.ndarray) -> np.ndarray:
-            t = mx.array(e.reshape(-1, cfg.head_dim).astype(np.float32))
-            return self.to_numpy(self._apply(t, np.repeat(flat, k), cfg, seq_len)).reshape(e.shape)
-
-        cos, sin = probe_cos_sin(rotate, flat.size, cfg)
-        return cos.reshape(p.shape + (k,)), sin.reshape(p.shape + (k,))
+        return probe_tables(np.asarray(positions), cfg, rotate_rows)
 
     # -- the shapes real kernels see (issue 16) ------------------------------------------------------
     def _kernel_rope(self, cfg, inverse: bool):

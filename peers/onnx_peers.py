@@ -30,9 +30,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from rope_ref.conformance.protocol import PrecisionPolicy
 
-from ._glue import OPS, Peer, integer_positions, tokens
+from ._glue import Peer, integer_positions, tokens
 from ._kernel_glue import KernelShapes
 
 __all__ = ["OnnxPeer", "make_backend", "available"]
@@ -64,6 +63,7 @@ class OnnxPeer(KernelShapes, Peer):
     """One-node ONNX models of the rotary op; tables from the oracle."""
 
     oracle_tables = frozenset({"apply", "apply_axes", "apply_qk", "round_trip"})
+    table_dtype = "float64"
     kernel_cannot = {"apply_qkv": "ONNX RotaryEmbedding takes one tensor (no packed-qkv form)"}
     cannot = {
         "inv_freq": _NO_TABLES,
@@ -87,9 +87,6 @@ class OnnxPeer(KernelShapes, Peer):
             self.notes += ("bf16 not run: onnxruntime's CPU provider has no bfloat16 kernel for the op",)
         self._sessions: dict[tuple, Any] = {}
         super().__init__(precision)
-
-    def policies(self, io: str) -> dict[str, PrecisionPolicy]:
-        return dict.fromkeys(OPS, PrecisionPolicy(io, "float64", io))
 
     def from_numpy(self, array: np.ndarray, dtype: str | None = None) -> Any:
         a = np.array(array, copy=True)
@@ -149,8 +146,12 @@ class OnnxPeer(KernelShapes, Peer):
         return model
 
     def _run(self, key: tuple, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return self._session(key, lambda: self._model(*key)).run(None, feeds)[0]
+
+    def _session(self, key: tuple, build: Any) -> Any:
+        """The inference session of the model ``build()`` makes, built once per ``key``."""
         if key not in self._sessions:
-            model = self._model(*key)
+            model = build()
             if self.flavour == "onnx-reference":
                 from onnx.reference import ReferenceEvaluator
 
@@ -163,7 +164,7 @@ class OnnxPeer(KernelShapes, Peer):
                 self._sessions[key] = ort.InferenceSession(
                     model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
                 )
-        return self._sessions[key].run(None, feeds)[0]
+        return self._sessions[key]
 
     def _apply(self, x, positions, cfg, seq_len):
         import rope_ref
@@ -251,21 +252,7 @@ class OnnxPeer(KernelShapes, Peer):
             "pos": pos,
         }
         key = ("kernel", d, rd, cfg.layout == "interleaved", rank, heads, pos.ndim)
-        if key not in self._sessions:
-            model = self._kernel_model(*key[1:])
-            if self.flavour == "onnx-reference":
-                from onnx.reference import ReferenceEvaluator
-
-                self._sessions[key] = ReferenceEvaluator(model)
-            else:
-                import onnxruntime as ort
-
-                opts = ort.SessionOptions()
-                opts.intra_op_num_threads = 1
-                self._sessions[key] = ort.InferenceSession(
-                    model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-                )
-        y = np.asarray(self._sessions[key].run(None, feeds)[0])
+        y = np.asarray(self._session(key, lambda: self._kernel_model(*key[1:])).run(None, feeds)[0])
         if axes == "bhsd":
             return y
         y = y.reshape(y.shape[0], y.shape[1], heads, d)

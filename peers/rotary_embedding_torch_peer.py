@@ -32,16 +32,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from rope_ref.conformance.protocol import PrecisionPolicy
 
 from ._glue import (
-    OPS,
     Peer,
     Unsupported,
     config_key,
     layout_permutation,
     prefill_plan,
-    probe_cos_sin,
+    probe_tables,
     tokens,
 )
 from ._kernel_glue import _TO_BSHD, KernelShapes, offset_rows, runs
@@ -61,6 +59,7 @@ class RotaryEmbeddingTorchPeer(KernelShapes, Peer):
     peer = "rotary-embedding-torch"
     distribution = "rotary-embedding-torch"
     precisions = ("fp64", "fp32", "fp16", "bf16")
+    compute_dtype = "float32"
     cannot = {"attention_factor": "rotary-embedding-torch has no attention factor (scale is xPos only)"}
     notes = (
         "interleaved natively; half layout through HF's permute channel order",
@@ -70,13 +69,6 @@ class RotaryEmbeddingTorchPeer(KernelShapes, Peer):
     )
 
     kernel_cannot = {"apply_qkv": "rotate_queries_or_keys takes one tensor (no packed-qkv call)"}
-
-    def __init__(self, precision: str | None = None) -> None:
-        self._modules: dict[str, Any] = {}
-        super().__init__(precision)
-
-    def policies(self, io: str) -> dict[str, PrecisionPolicy]:
-        return dict.fromkeys(OPS, PrecisionPolicy(io, "float32", "float32"))
 
     def _module(self, cfg):
         from rotary_embedding_torch import RotaryEmbedding
@@ -144,16 +136,10 @@ class RotaryEmbeddingTorchPeer(KernelShapes, Peer):
     def _cos_sin(self, positions, cfg, seq_len):
         import torch
 
-        p = self.to_numpy(positions)
-        flat = p.reshape(-1)
-        k = cfg.rotary_dim // 2
+        def rotate_rows(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+            return self.to_numpy(self._apply(torch.from_numpy(rows), ids, cfg, seq_len))
 
-        def rotate(e: np.ndarray) -> np.ndarray:
-            t = torch.from_numpy(e.reshape(-1, cfg.head_dim).astype(np.float32))
-            return self.to_numpy(self._apply(t, np.repeat(flat, k), cfg, seq_len)).reshape(e.shape)
-
-        cos, sin = probe_cos_sin(rotate, flat.size, cfg)
-        return cos.reshape(p.shape + (k,)), sin.reshape(p.shape + (k,))
+        return probe_tables(self.to_numpy(positions), cfg, rotate_rows)
 
     # -- the shapes real kernels see (issue 16) ------------------------------------------------------
     def _k_axes(self, x, cfg, axes, p, inverse):

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rope_ref.conformance.protocol import PrecisionPolicy
 
-from ._glue import OPS, Peer, Unsupported, integer_positions, layout_permutation, tokens
+from ._glue import Peer, Unsupported, integer_positions, layout_permutation, tokens
 from ._kernel_glue import _TO_BSHD, KernelShapes
 
 __all__ = ["TorchtunePeer", "make_backend", "available"]
@@ -72,6 +71,7 @@ class TorchtunePeer(KernelShapes, Peer):
     peer = "torchtune"
     distribution = "torchtune"
     precisions = ("fp32", "fp16", "bf16")
+    compute_dtype = "float32"
     cannot = {"attention_factor": "torchtune's RoPE modules have no attention factor"}
     notes = (
         "RotaryPositionalEmbeddings (interleaved), Phi3RotaryPositionalEmbeddings (half), "
@@ -80,13 +80,6 @@ class TorchtunePeer(KernelShapes, Peer):
     )
 
     kernel_cannot = {"apply_qkv": "torchtune's RoPE modules rotate one tensor (no packed-qkv call)"}
-
-    def __init__(self, precision: str | None = None) -> None:
-        self._modules: dict[tuple, Any] = {}
-        super().__init__(precision)
-
-    def policies(self, io: str) -> dict[str, PrecisionPolicy]:
-        return dict.fromkeys(OPS, PrecisionPolicy(io, "float32", "float32"))
 
     def _module(self, cfg, rows: int):
         if cfg.rotary_dim != cfg.head_dim:

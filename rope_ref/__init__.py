@@ -12,6 +12,7 @@ from __future__ import annotations
 from . import axes as axes  # rope_ref.axes: axis conventions ("bshd", "bhsd", "sbhd", "thd")
 from . import chatglm as chatglm  # rope_ref.chatglm: ChatGLM-6B 2D positions
 from . import decay as decay  # rope_ref.decay; imports matplotlib only inside plot_decay
+from . import hf_config as hf_config  # rope_ref.hf_config: RopeConfig.from_hf (HF config.json)
 from . import layers as layers  # rope_ref.layers: per-layer RoPE (Gemma 3, Llama 4 NoPE)
 from . import mla as mla  # rope_ref.mla: DeepSeek MLA rope part and softmax scale
 from . import mrope as mrope  # rope_ref.mrope: M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V)

@@ -14,7 +14,14 @@ import numpy as np
 
 from ._interop import foreign_to_numpy
 
-__all__ = ["POSITION_LIMIT", "as_float64", "as_positions", "to_numpy", "check_broadcast"]
+__all__ = [
+    "POSITION_LIMIT",
+    "as_float64",
+    "as_positions",
+    "to_numpy",
+    "check_broadcast",
+    "check_broadcast_shape",
+]
 
 #: Largest |position| the oracle accepts, integer or real: the exact argument reduction of
 #: :mod:`rope_ref._exact_trig` is verified up to here (``docs/spec.md``, "Accuracy").
@@ -102,14 +109,34 @@ def _check_limit(values: list, name: str) -> None:
 
 def check_broadcast(positions: np.ndarray, lead_shape: tuple[int, ...], name: str = "positions") -> None:
     """Require ``positions`` to broadcast *to* ``lead_shape`` (it may not enlarge it)."""
+    check_broadcast_shape(positions.shape, lead_shape, name)
+
+
+def check_broadcast_shape(shape: tuple[int, ...], lead: tuple[int, ...], name: str = "positions") -> None:
+    """Require an array of shape ``shape`` (any array library's) to broadcast *to* ``lead``."""
+    shape, lead = tuple(int(d) for d in shape), tuple(lead)
     try:
-        shape = np.broadcast_shapes(positions.shape, lead_shape)
+        joint = np.broadcast_shapes(shape, lead)
     except ValueError:
-        shape = None
-    if shape != tuple(lead_shape):
-        raise ValueError(
-            f"{name} of shape {positions.shape} does not broadcast against x.shape[:-1] = {tuple(lead_shape)}"
-        )
+        joint = None
+    if joint != lead:
+        raise ValueError(f"{name} of shape {shape} does not broadcast against x.shape[:-1] = {lead}")
+
+
+def check_input_ids(input_ids: Any) -> np.ndarray:
+    """A ``(batch, seq)`` integer array of token ids, as int64 (ChatGLM and M-RoPE position ids)."""
+    ids = to_numpy(input_ids, "input_ids")
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"input_ids must be an integer array of token ids, got dtype {ids.dtype}")
+    if ids.ndim != 2:
+        raise ValueError(f"input_ids must have shape (batch, seq), got shape {ids.shape}")
+    return ids.astype(np.int64, copy=False)
+
+
+def set_fields(obj: Any, **values: Any) -> None:
+    """Set the fields of a frozen dataclass from its own validating ``__init__`` / ``__post_init__``."""
+    for key, value in values.items():
+        object.__setattr__(obj, key, value)
 
 
 def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:

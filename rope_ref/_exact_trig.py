@@ -46,7 +46,7 @@ _SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitting constant for float64
 _TABLE_STEPS = 128  # table spacing: 1/128 quarter turn = pi/256 rad
 _TABLE_PAD = _TABLE_STEPS // 2 + 1  # |j| <= 64 since |f| <= 1/2; one spare entry each side
 _TINY = 2.0**-500  # quarter turns below which the angle is handled as tiny (no underflow in the products)
-_BLOCK = 1 << 12  # elements per block: temporaries stay in cache and below malloc's trim threshold
+_BLOCK = 1 << 14  # elements per block: its work arrays (preallocated, see _Scratch) stay in cache
 
 # Taylor coefficients (float64 roundings; their error is far below the truncation error).
 _S3, _S5, _S7 = -1.0 / 6.0, 1.0 / 120.0, -1.0 / 5040.0
@@ -135,60 +135,191 @@ def check_angle_range(m: np.ndarray, theta: np.ndarray) -> None:
         )
 
 
-def _block(m, mh, ml, theta, w1, w1h, w1l, w2, w2h, w2l, w3, out_cos, out_sin) -> None:
-    """cos and sin of ``m * (w1 + w2 + w3) * pi/2`` for one block (inputs broadcast to the outputs)."""
+class _Scratch:
+    """Preallocated work arrays of one :func:`cos_sin_of_product` call, viewed in each block's shape.
+
+    Every intermediate of :func:`_block` is written into one of these with ``out=``: the operations and
+    their order (hence every rounding) are those of the formulas, but no block allocates. Allocating
+    the ~60 temporaries of a block made malloc return and re-fault pages on every block, which cost
+    about half the time.
+    """
+
+    _FLOATS = 16
+
+    def __init__(self, size: int) -> None:
+        self._flat = np.empty((self._FLOATS, size), dtype=np.float64)
+        self._rows = np.empty(size, dtype=np.intp)
+        self._tiny = np.empty(size, dtype=bool)
+        self._views: dict[tuple[int, ...], tuple[list[np.ndarray], np.ndarray]] = {}
+
+    def views(self, shape: tuple[int, ...]) -> tuple[list[np.ndarray], np.ndarray]:
+        got = self._views.get(shape)
+        if got is None:
+            n = int(np.prod(shape, dtype=np.int64))
+            got = ([b[:n].reshape(shape) for b in self._flat], self._rows[:n].reshape(shape))
+            self._views[shape] = got
+        return got
+
+    def tiny(self, shape: tuple[int, ...]) -> np.ndarray:
+        return self._tiny[: int(np.prod(shape, dtype=np.int64))].reshape(shape)
+
+
+def _two_product_error_into(out, t, p, ah, al, bh, bl):
+    """:func:`_two_product_error` written into ``out`` (``t`` is scratch), the same operations in order."""
+    np.multiply(ah, bh, out=out)
+    np.subtract(out, p, out=out)
+    np.multiply(ah, bl, out=t)
+    np.add(out, t, out=out)
+    np.multiply(al, bh, out=t)
+    np.add(out, t, out=out)
+    np.multiply(al, bl, out=t)
+    np.add(out, t, out=out)
+    return out
+
+
+def _two_sum_into(s, e, t, a, b):
+    """:func:`_two_sum` of ``a`` and ``b`` into ``s`` and ``e`` (``t`` is scratch; none may alias a or b)."""
+    np.add(a, b, out=s)
+    np.subtract(s, a, out=t)  # bb
+    np.subtract(s, t, out=e)
+    np.subtract(a, e, out=e)
+    np.subtract(b, t, out=t)
+    np.add(e, t, out=e)
+
+
+def _split_into(hi, lo, a):
+    """:func:`_split` of ``a`` into ``hi`` and ``lo``."""
+    np.multiply(_SPLIT, a, out=hi)  # c
+    np.subtract(hi, a, out=lo)  # c - a
+    np.subtract(hi, lo, out=hi)  # c - (c - a)
+    np.subtract(a, hi, out=lo)
+
+
+def _block(m, mh, ml, theta, w1, w1h, w1l, w2, w2h, w2l, w3, out_cos, out_sin, scratch: _Scratch) -> None:
+    """cos and sin of ``m * (w1 + w2 + w3) * pi/2`` for one block (inputs broadcast to the outputs).
+
+    The arithmetic is exactly that of the formulas in the comments, operation by operation, each one
+    written into a preallocated array of ``scratch``.
+    """
     half_pi, sin_hi, sin_lo, cos_hi, cos_lo, sin_h, sin_l, cos_h, cos_l = _constants()
+    (p, pe, q, qe, k, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10), row = scratch.views(out_cos.shape)
     # 1. u = m * w in quarter turns: exact products of the two leading parts, a rounded third.
-    p = m * w1
-    pe = _two_product_error(p, mh, ml, w1h, w1l)
-    q = m * w2
-    qe = _two_product_error(q, mh, ml, w2h, w2l)
-    k = np.rint(p)
-    f0 = p - k  # exact: k is the integer nearest p
-    s1, e1 = _two_sum(f0, q)
-    s2, e2 = _two_sum(s1, pe)
-    lo = ((e1 + e2) + qe) + m * w3
-    fh, fl = _fast_two_sum(s2, lo)
-    # 2. table row and the remainder tau in quarter turns (fh - j/128 is exact).
-    j = np.rint(fh * _TABLE_STEPS)
-    tau = fh - j * (1.0 / _TABLE_STEPS)
-    # t = tau * pi/2 as a double-double (th, tl).
-    th = tau * half_pi[0]
-    tauh, taul = _split(tau)
-    tl = _two_product_error(th, tauh, taul, half_pi[2], half_pi[3]) + (tau * half_pi[1] + fl * half_pi[0])
-    th, tl = _fast_two_sum(th, tl)
+    #    p = m w1, pe = TwoProductError(p), q = m w2, qe = TwoProductError(q), k = rint(p), f0 = p - k.
+    np.multiply(m, w1, out=p)
+    tiny = np.less(np.abs(p, out=a0), _TINY, out=scratch.tiny(out_cos.shape))  # see step 5
+    any_tiny = bool(tiny.any())
+    _two_product_error_into(pe, a0, p, mh, ml, w1h, w1l)
+    np.multiply(m, w2, out=q)
+    _two_product_error_into(qe, a0, q, mh, ml, w2h, w2l)
+    np.rint(p, out=k)
+    f0 = np.subtract(p, k, out=a1)  # exact: k is the integer nearest p
+    s1, e1 = a2, a3
+    _two_sum_into(s1, e1, a0, f0, q)
+    s2, e2 = a1, a4  # f0 is dead
+    _two_sum_into(s2, e2, a0, s1, pe)
+    # lo = ((e1 + e2) + qe) + m * w3
+    lo = np.add(e1, e2, out=a2)
+    np.add(lo, qe, out=lo)
+    np.add(lo, np.multiply(m, w3, out=a0), out=lo)
+    # fh, fl = FastTwoSum(s2, lo): fh = s2 + lo, fl = lo - (fh - s2)
+    fh, fl = a3, a4
+    np.add(s2, lo, out=fh)
+    np.subtract(fh, s2, out=fl)
+    np.subtract(lo, fl, out=fl)
+    # 2. table row and the remainder tau in quarter turns (fh - j/128 is exact):
+    #    j = rint(fh * 128), tau = fh - j * (1/128).
+    j = np.multiply(fh, _TABLE_STEPS, out=q)
+    np.rint(j, out=j)
+    tau = np.multiply(j, 1.0 / _TABLE_STEPS, out=a1)
+    np.subtract(fh, tau, out=tau)
+    # t = tau * pi/2 as a double-double (th, tl):
+    #   th = tau * p1, tl = TwoProductError(th, split(tau), split(p1)) + (tau * p2 + fl * p1).
+    th = np.multiply(tau, half_pi[0], out=a2)
+    tauh, taul = a0, a5
+    _split_into(tauh, taul, tau)
+    tl = _two_product_error_into(a6, a3, th, tauh, taul, half_pi[2], half_pi[3])
+    np.multiply(tau, half_pi[1], out=a0)
+    np.multiply(fl, half_pi[0], out=a5)
+    np.add(a0, a5, out=a0)
+    np.add(tl, a0, out=tl)
+    # (th, tl) = FastTwoSum(th, tl)
+    np.add(th, tl, out=a0)
+    np.subtract(a0, th, out=a5)
+    np.subtract(tl, a5, out=tl)
+    th = a0
     # 3. polynomials: sm = sin t - t, cm = cos t - 1 (the -th*tl term carries tl to first order).
-    t2 = th * th
-    sm = (th * t2) * (_S3 + t2 * (_S5 + t2 * _S7))
-    cm = t2 * (_C2 + t2 * (_C4 + t2 * (_C6 + t2 * _C8))) - th * tl
-    tail = tl + sm  # sin t = th + tail
+    #    sm = (th t2)(S3 + t2 (S5 + t2 S7)), cm = t2 (C2 + t2 (C4 + t2 (C6 + t2 C8))) - th tl.
+    t2 = np.multiply(th, th, out=a1)
+    sm = np.multiply(t2, _S7, out=a2)
+    np.add(_S5, sm, out=sm)
+    np.multiply(t2, sm, out=sm)
+    np.add(_S3, sm, out=sm)
+    np.multiply(np.multiply(th, t2, out=a3), sm, out=sm)
+    cm = np.multiply(t2, _C8, out=a3)
+    np.add(_C6, cm, out=cm)
+    np.multiply(t2, cm, out=cm)
+    np.add(_C4, cm, out=cm)
+    np.multiply(t2, cm, out=cm)
+    np.add(_C2, cm, out=cm)
+    np.multiply(t2, cm, out=cm)
+    np.subtract(cm, np.multiply(th, tl, out=a4), out=cm)
+    tail = np.add(tl, sm, out=a6)  # sin t = th + tail
     # 4. with a = J pi/256, J = j + 128 (k mod 4) (the quadrant folded into the table row):
     #    sin(a + t) = S + C t + S (cos t - 1) + C (sin t - t),
     #    cos(a + t) = C - S t + C (cos t - 1) - S (sin t - t); the products C t and S t are exact.
-    quadrant = k - 4.0 * np.floor(k * 0.25)
-    row = (j + quadrant * _TABLE_STEPS).astype(np.intp) + _TABLE_PAD
-    sa, sa_lo, ca, ca_lo = sin_hi[row], sin_lo[row], cos_hi[row], cos_lo[row]
-    thh, thl = _split(th)
-    a = ca * th
-    s, se = _two_sum(sa, a)
-    np.add(
-        s,
-        (((se + _two_product_error(a, cos_h[row], cos_l[row], thh, thl)) + sa_lo) + sa * cm)
-        + (ca * tail + ca_lo * th),
-        out=out_sin,
+    #    quadrant = k - 4 floor(k / 4); row = (j + 128 quadrant) + pad (an index: exact either way).
+    quadrant = np.multiply(k, 0.25, out=a1)
+    np.floor(quadrant, out=quadrant)
+    np.multiply(4.0, quadrant, out=quadrant)
+    np.subtract(k, quadrant, out=quadrant)
+    np.multiply(quadrant, _TABLE_STEPS, out=quadrant)
+    np.add(j, quadrant, out=quadrant)
+    np.copyto(row, quadrant, casting="unsafe")
+    np.add(row, _TABLE_PAD, out=row)
+    # Look-ups as NumPy indexing does them: a row past the end raises IndexError, a negative one wraps.
+    # (Neither happens for |m| <= 2**40 and theta <= 1, where |j| <= 64; larger theta can get there.)
+    if row.max() >= sin_hi.size:
+        sin_hi[row]  # raises the IndexError that indexing raised before
+    sa, sa_lo, ca, ca_lo = (np.take(t, row, out=o, mode="wrap") for t, o in
+                            ((sin_hi, a2), (sin_lo, a5), (cos_hi, a7), (cos_lo, a8)))
+    thh, thl = a1, a9
+    _split_into(thh, thl, th)
+    # sin: a = ca th; (s, se) = TwoSum(sa, a);
+    #      out_sin = s + ((((se + TwoProductError(a, cos_hl[row], thhl)) + sa_lo) + sa cm)
+    #                     + (ca tail + ca_lo th))
+    a = np.multiply(ca, th, out=pe)
+    s, se = qe, a10
+    _two_sum_into(s, se, k, sa, a)
+    x = _two_product_error_into(
+        p, k, a, np.take(cos_h, row, out=a4, mode="wrap"), np.take(cos_l, row, out=q, mode="wrap"), thh, thl
     )
-    b = sa * th
-    c, ce = _two_sum(ca, -b)
-    np.add(
-        c,
-        (((ce - _two_product_error(b, sin_h[row], sin_l[row], thh, thl)) + ca_lo) + ca * cm)
-        - (sa * tail + sa_lo * th),
-        out=out_cos,
+    np.add(se, x, out=x)
+    np.add(x, sa_lo, out=x)
+    np.add(x, np.multiply(sa, cm, out=k), out=x)
+    y = np.multiply(ca, tail, out=a10)
+    np.add(y, np.multiply(ca_lo, th, out=k), out=y)
+    np.add(x, y, out=x)
+    np.add(s, x, out=out_sin)
+    # cos: b = sa th; (c, ce) = TwoSum(ca, -b);
+    #      out_cos = c + ((((ce - TwoProductError(b, sin_hl[row], thhl)) + ca_lo) + ca cm)
+    #                     - (sa tail + sa_lo th))
+    b = np.multiply(sa, th, out=pe)
+    nb = np.negative(b, out=a4)
+    c, ce = qe, a10
+    _two_sum_into(c, ce, k, ca, nb)
+    x = _two_product_error_into(
+        a4, k, b, np.take(sin_h, row, out=q, mode="wrap"), np.take(sin_l, row, out=p, mode="wrap"), thh, thl
     )
-    # 6. tiny angles (zero included): Dekker's products would underflow. There cos = 1 and sin is the
+    np.subtract(ce, x, out=x)
+    np.add(x, ca_lo, out=x)
+    np.add(x, np.multiply(ca, cm, out=k), out=x)
+    y = np.multiply(sa, tail, out=a10)
+    np.add(y, np.multiply(sa_lo, th, out=k), out=y)
+    np.subtract(x, y, out=x)
+    np.add(c, x, out=out_cos)
+    # 5. tiny angles (zero included): Dekker's products would underflow. There cos = 1 and sin is the
     #    product rounded once (|x**3 / 6| is far below half an ulp of x), with the sign of a zero kept.
-    tiny = np.abs(p) < _TINY
-    if tiny.any():
+    if any_tiny:
         np.copyto(out_sin, m * theta, where=tiny)
         np.copyto(out_cos, 1.0, where=tiny)
 
@@ -217,13 +348,14 @@ def cos_sin_of_product(m, theta) -> tuple[np.ndarray, np.ndarray]:
     theta = theta.reshape((1,) * (ndim - theta.ndim) + theta.shape)
     inputs = (m, mh, ml, theta, w1, w1h, w1l, w2, w2h, w2l, w3)
     if ndim == 0:
-        _block(*inputs, cos, sin)
+        _block(*inputs, cos, sin, _Scratch(1))
         return cos, sin
     # Block over the longest axis; inputs that broadcast along it are passed whole.
     axis = int(np.argmax(shape))
     step = max(1, _BLOCK * shape[axis] // cos.size)
+    scratch = _Scratch(min(step, shape[axis]) * (cos.size // shape[axis]))
     for start in range(0, shape[axis], step):
         sl = (slice(None),) * axis + (slice(start, start + step),)
         parts = [a if a.shape[axis] == 1 else a[sl] for a in inputs]
-        _block(*parts, cos[sl], sin[sl])
+        _block(*parts, cos[sl], sin[sl], scratch)
     return cos, sin

@@ -31,6 +31,7 @@ __all__ = [
     "parse_axes",
     "positions_for_axes",
     "qk_head_axis",
+    "qkv_heads",
     "suggest_axes",
     "shape_mismatch_message",
 ]
@@ -149,6 +150,30 @@ def qk_head_axis(q_shape: tuple[int, ...], k_shape: tuple[int, ...], axes: Any) 
     if hk == 0 or hq % hk:
         raise ValueError(f"k heads ({hk}) must divide q heads ({hq}) (GQA/MQA), axes={axes!r}")
     return h
+
+
+def qkv_heads(shape: tuple[int, ...], axes: Any, num_heads_q: Any, num_heads_kv: Any) -> tuple[int, int, int]:
+    """``(h, Hq, Hk)`` of a packed qkv of ``shape`` whose head axis ``h`` holds ``Hq + 2 Hk`` heads (q, k, v).
+
+    ``axes`` must name every axis and include ``h``; both counts are ints >= 1 and ``Hk`` divides ``Hq``
+    (GQA/MQA); a ``ValueError`` naming the argument otherwise. Shared by the oracle backend, the adapters'
+    ``apply_qkv`` and the peers' glue (:mod:`rope_ref.kernel_args`).
+    """
+    axes = parse_axes(axes, len(shape))
+    if "h" not in axes:
+        raise ValueError(f"axes={axes!r} has no head axis 'h' to split")
+    for name, n in (("num_heads_q", num_heads_q), ("num_heads_kv", num_heads_kv)):
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+    hq, hk = int(num_heads_q), int(num_heads_kv)
+    h = axes.index("h")
+    if shape[h] != hq + 2 * hk:
+        raise ValueError(
+            f"qkv.shape[{h}] = {shape[h]} does not split as num_heads_q + 2 * num_heads_kv = {hq} + 2 * {hk}"
+        )
+    if hq % hk:
+        raise ValueError(f"num_heads_kv ({hk}) must divide num_heads_q ({hq}) (GQA/MQA)")
+    return h, hq, hk
 
 
 def suggest_axes(positions_shape: tuple[int, ...], x_shape: tuple[int, ...]) -> list[str]:

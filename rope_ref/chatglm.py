@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 
 from . import _mp
-from ._arrays import as_float64, as_positions, check_broadcast, check_int, check_real, to_numpy
+from ._arrays import (
+    as_float64,
+    as_positions,
+    check_broadcast,
+    check_input_ids,
+    check_int,
+    check_real,
+)
 from ._exact_trig import cos_sin_of_product
 
 __all__ = [
@@ -46,15 +53,6 @@ PRECISIONS = ("float64", "chatglm-6b-fp16")
 
 
 # -- position ids ---------------------------------------------------------------------------------
-
-
-def _check_input_ids(input_ids: Any) -> np.ndarray:
-    ids = to_numpy(input_ids, "input_ids")
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"input_ids must be an integer array of token ids, got dtype {ids.dtype}")
-    if ids.ndim != 2:
-        raise ValueError(f"input_ids must have shape (batch, seq), got shape {ids.shape}")
-    return ids.astype(np.int64, copy=False)
 
 
 def _check_token_ids(bos: Any, mask: Any, gmask: Any) -> tuple[int, int, int]:
@@ -128,7 +126,7 @@ def position_ids(
 
     Raises ``ValueError`` naming the row if a row has no bos token or no mask token.
     """
-    ids = _check_input_ids(input_ids)
+    ids = check_input_ids(input_ids)
     bos, mask, gmask = _check_token_ids(bos_token_id, mask_token_id, gmask_token_id)
     two_d = _check_flag(position_encoding_2d, "position_encoding_2d")
     batch, seq = ids.shape
@@ -163,7 +161,7 @@ def next_position_ids(
     ``seq_len - 1`` but incremental decoding gives ``mask_position``; this function reproduces the
     released incremental rule (released checkpoints use 2D, so the 1D path is rarely exercised).
     """
-    ids = _check_input_ids(input_ids)
+    ids = check_input_ids(input_ids)
     bos, mask, gmask = _check_token_ids(bos_token_id, mask_token_id, gmask_token_id)
     two_d = _check_flag(position_encoding_2d, "position_encoding_2d")
     batch, seq = ids.shape

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ._arrays import check_int, check_real
+from ._arrays import check_int, check_real, set_fields
 from .scaling_base import Scaling
 
 __all__ = ["RopeConfig", "LAYOUTS", "MAX_HEAD_DIM"]
@@ -27,6 +27,9 @@ class RopeConfig:
     ``rotary_dim`` (even, ``2..head_dim``, default ``head_dim``) rotates ``x[..., :rotary_dim]`` and
     passes the other channels through unchanged, as HF ``partial_rotary_factor``, ONNX
     ``rotary_embedding_dim`` and GPT-J ``rotary_dim`` do.
+
+    ``RopeConfig.from_hf(config, layout=..., layer_type=...)`` reads an HF ``config.json`` dict; it is
+    defined in :mod:`rope_ref.hf_config`, which sits above this module (it needs the scalings).
     """
 
     head_dim: int
@@ -81,28 +84,12 @@ class RopeConfig:
                 scaling.validate(base, rotary_dim)
             except ValueError as exc:
                 raise ValueError(f"scaling does not fit this config: {exc}") from None
-        object.__setattr__(self, "head_dim", head_dim)
-        object.__setattr__(self, "layout", layout)
-        object.__setattr__(self, "rotary_dim", rotary_dim)
-        object.__setattr__(self, "base", base)
-        object.__setattr__(self, "scaling", scaling)
+        set_fields(self, head_dim=head_dim, layout=layout, rotary_dim=rotary_dim, base=base, scaling=scaling)
 
     @property
     def n_pairs(self) -> int:
         """Number of rotated channel pairs, ``rotary_dim // 2``."""
         return self.rotary_dim // 2
-
-    @classmethod
-    def from_hf(cls, config: dict, *, layout: str | None = None, layer_type: str | None = None) -> RopeConfig:
-        """The RoPE of an HF ``config.json`` dict or ``to_dict()`` (see :mod:`rope_ref.hf_config`).
-
-        ``layout`` may be omitted where the config fixes it (``model_type``, ``rope_interleave``, ...);
-        a contradicting one is an error. Gemma 3 needs ``layer_type`` (``"full_attention"`` or
-        ``"sliding_attention"``); :func:`rope_ref.hf_config.rope_configs_from_hf` gives both.
-        """
-        from .hf_config import rope_config_from_hf
-
-        return rope_config_from_hf(config, layout=layout, layer_type=layer_type)
 
     def replace(self, **changes: Any) -> RopeConfig:
         """A copy with some fields changed (validated again)."""

@@ -74,16 +74,24 @@ def relative_upper_bound(
     rows = max(1, max_bytes // (_WORK_ARRAYS * 8 * n))
     for start in range(0, flat.size, rows):
         a, b = cos_sin_of_product(flat[start : start + rows, None], theta)
-        # Running sums are sequential (np.add.accumulate), so their order is fixed.
-        np.cumsum(a, axis=1, out=a)
-        np.cumsum(b, axis=1, out=b)
-        # |S_j| = sqrt(Re^2 + Im^2); no overflow risk (|S_j| <= j), and cheaper than np.hypot.
-        np.multiply(a, a, out=a)
-        np.multiply(b, b, out=b)
-        np.add(a, b, out=a)
-        np.sqrt(a, out=a)
-        out[start : start + a.shape[0]] = fixed_sum(a, axis=1) / n
+        out[start : start + a.shape[0]] = _mean_abs_partial_sums(a, b)
     return out.reshape(r.shape)
+
+
+def _mean_abs_partial_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(1/n) sum_{j=1}^{n} |S_j| along the last axis, from cos (``a``) and sin (``b``) of the n angles.
+
+    Overwrites ``a`` and ``b``. Shared by :func:`relative_upper_bound` and :func:`abel_bound`.
+    """
+    # Running sums are sequential (np.add.accumulate), so their order is fixed.
+    np.cumsum(a, axis=-1, out=a)
+    np.cumsum(b, axis=-1, out=b)
+    # |S_j| = sqrt(Re^2 + Im^2); no overflow risk (|S_j| <= j), and cheaper than np.hypot.
+    np.multiply(a, a, out=a)
+    np.multiply(b, b, out=b)
+    np.add(a, b, out=a)
+    np.sqrt(a, out=a)
+    return fixed_sum(a, axis=-1) / a.shape[-1]
 
 
 class AbelBound(NamedTuple):
@@ -127,10 +135,15 @@ def abel_bound(q: Any, k: Any, distance: Any, cfg: RopeConfig, *, seq_len: int |
     d_re = np.concatenate([h_re[..., 1:], np.zeros_like(h_re[..., :1])], axis=-1) - h_re
     d_im = np.concatenate([h_im[..., 1:], np.zeros_like(h_im[..., :1])], axis=-1) - h_im
     max_step = np.max(np.sqrt(d_re * d_re + d_im * d_im), axis=-1)
-    sum_abs_s = theta.size * relative_upper_bound(r, cfg, seq_len=seq_len)
-    bound = np.broadcast_to(max_step * sum_abs_s, lead).copy()
-    # |sum_i h_i e^{i r theta_i}|, chunked along the leading axis so the (rows, n) tables stay bounded.
+    # When q and k add no axis to the distances' (the usual case), each chunk's cos/sin serve both sides;
+    # otherwise the bound side runs over the distances alone (fewer angles than the exact side).
+    shared = lead == r.shape
     lead_1 = lead if lead else (1,)
+    if shared:
+        mean_abs_s = np.empty(lead_1, dtype=np.float64)
+    else:
+        mean_abs_s = relative_upper_bound(r, cfg, seq_len=seq_len)
+    # |sum_i h_i e^{i r theta_i}|, chunked along the leading axis so the (rows, n) tables stay bounded.
     h_re, h_im = (
         np.broadcast_to(a, lead + a.shape[-1:]).reshape(lead_1 + a.shape[-1:]) for a in (h_re, h_im)
     )
@@ -144,6 +157,10 @@ def abel_bound(q: Any, k: Any, distance: Any, cfg: RopeConfig, *, seq_len: int |
         re = fixed_sum(h_re[sl] * c - h_im[sl] * s, axis=-1)
         im = fixed_sum(h_re[sl] * s + h_im[sl] * c, axis=-1)
         exact[sl] = np.sqrt(re * re + im * im)
+        if shared:
+            mean_abs_s[sl] = _mean_abs_partial_sums(c, s)
+    sum_abs_s = theta.size * mean_abs_s.reshape(r.shape)
+    bound = np.broadcast_to(max_step * sum_abs_s, lead).copy()
     return AbelBound(exact.reshape(lead), bound)
 
 

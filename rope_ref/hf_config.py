@@ -1,6 +1,10 @@
-"""Build a :class:`~rope_ref.config.RopeConfig` from a Hugging Face ``config.json`` dict.
+"""Build a :class:`~rope_ref.config.RopeConfig` from a Hugging Face ``config.json``; read any HF config.
 
-Raw ``config.json`` files and transformers' ``PretrainedConfig.to_dict()`` output are both accepted.
+Every ``from_hf`` of the oracle takes a config three ways (:func:`config_dict`, the one reader): a dict
+(a parsed ``config.json`` or ``PretrainedConfig.to_dict()``), a path (``str`` / ``os.PathLike``) to a
+``config.json`` (a regular file of at most :data:`MAX_CONFIG_BYTES`), or an object with ``to_dict()``
+(a transformers ``PretrainedConfig``; transformers is never imported). :func:`model_family` says which
+oracle reads a config (1D, M-RoPE, MLA, per-layer, vision, ChatGLM-6B 2D).
 The rules follow transformers 5.23 (``src/transformers/modeling_rope_utils.py``:
 ``RotaryEmbeddingConfigMixin.convert_rope_params_to_dict`` / ``standardize_rope_params`` and the
 ``_compute_*_parameters`` functions; each model's ``configuration_*.py`` / ``modeling_*.py`` for the
@@ -34,6 +38,11 @@ family rules below). Per family keys: ``docs/scaling.md``.
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import stat
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,6 +51,14 @@ from .config import LAYOUTS, RopeConfig
 from .scaling import LongRoPE, scaling_from_hf
 
 __all__ = [
+    "config_dict",
+    "read_config_file",
+    "model_family",
+    "model_families",
+    "FAMILIES",
+    "VISION_RULE_BY_MODEL_TYPE",
+    "vision_part",
+    "MAX_CONFIG_BYTES",
     "rope_config_from_hf",
     "rope_configs_from_hf",
     "infer_layout",
@@ -158,6 +175,93 @@ UNDERSTOOD_KEYS = frozenset(
         "use_flash_rotary",
     }
 )
+
+
+#: Largest ``config.json`` read from a path (a real one is a few kB).
+MAX_CONFIG_BYTES = 16 * 2**20
+_MAX_DEPTH = 64
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of the float64 range (max {sys.float_info.max:.4g})")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"{text} is not a JSON number (NaN and Infinity are not allowed)")
+
+
+def _check_json(obj: object, where: str) -> None:
+    """Refuse deep nesting and integers no float can hold, naming the key (iteratively)."""
+    stack: list[tuple[object, str, int]] = [(obj, "", 0)]
+    while stack:
+        item, key, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"{where}: JSON nested deeper than {_MAX_DEPTH} levels")
+        if isinstance(item, dict):
+            stack.extend((v, str(k), depth + 1) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, key, depth + 1) for v in item)
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > sys.float_info.max:
+            raise ValueError(
+                f"{where}: {key or 'a value'} is a {len(str(abs(item)))}-digit integer, beyond the float64 "
+                f"range (max {sys.float_info.max:.4g})"
+            )
+
+
+def read_config_file(path: str | os.PathLike, argument: str = "config") -> dict:
+    """Read a ``config.json``: a regular file of at most :data:`MAX_CONFIG_BYTES` holding a JSON object
+    (the rules of ``rope_ref.cli.common.read_json_config``, which can call this with its ``argument``).
+
+    Unreadable files, bad UTF-8/JSON, NaN/Infinity, numbers beyond float64 and nesting deeper than 64
+    levels raise a one-line ``ValueError`` starting ``f"{argument} {path}: "``.
+    """
+    where = f"{argument} {os.fspath(path)}"
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{where}: not a regular file")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{where}: {st.st_size} bytes, more than the limit of {MAX_CONFIG_BYTES}")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read it ({exc.strerror})") from None
+    try:
+        config = json.loads(raw.decode("utf-8"), parse_float=_finite_float, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested deeper than {_MAX_DEPTH} levels") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where}: not UTF-8 ({exc.reason})") from None
+    except ValueError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc})") from None
+    _check_json(config, where)
+    if not isinstance(config, dict):
+        raise ValueError(f"{where}: must hold a JSON object, got {type(config).__name__}")
+    return config
+
+
+_ACCEPTED = "a dict (a parsed config.json), a path to a config.json, or an object with to_dict()"
+
+
+def config_dict(config: Any) -> Mapping[str, Any]:
+    """An HF config as a mapping: a dict as it is, a path read by :func:`read_config_file`, or
+    ``config.to_dict()`` (transformers ``PretrainedConfig``). Anything else is a one-line ``TypeError``."""
+    if isinstance(config, Mapping):
+        return config
+    if isinstance(config, (str, os.PathLike)):
+        return read_config_file(config)
+    to_dict = getattr(config, "to_dict", None)
+    if callable(to_dict) and not isinstance(config, type):
+        out = to_dict()
+        if not isinstance(out, Mapping):
+            raise TypeError(
+                f"config.to_dict() of a {type(config).__name__} must return a dict, got {type(out).__name__}"
+            )
+        return out
+    raise TypeError(f"config must be {_ACCEPTED}; got {type(config).__name__}")
 
 
 def _rope_dict(config: Mapping[str, Any], layer_type: str | None) -> dict[str, Any]:
@@ -334,11 +438,11 @@ def _rotary_dim(config: Mapping[str, Any], rope: dict[str, Any], head_dim: int) 
 
 
 def rope_config_from_hf(
-    config: Mapping[str, Any], *, layout: str | None = None, layer_type: str | None = None
+    config: Any, *, layout: str | None = None, layer_type: str | None = None
 ) -> RopeConfig:
-    """The :class:`RopeConfig` an HF model with this ``config.json`` dict uses (see module docstring)."""
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
+    """The :class:`RopeConfig` an HF model with this config uses (see module docstring); ``config`` is
+    anything :func:`config_dict` reads."""
+    config = config_dict(config)
     outer = config
     config = _text_config(config)
     _check_keys(config)
@@ -391,14 +495,13 @@ def rope_config_from_hf(
     return RopeConfig(head_dim, layout=layout, rotary_dim=rotary_dim, base=theta, scaling=scaling)
 
 
-def rope_configs_from_hf(config: Mapping[str, Any], *, layout: str | None = None) -> dict[str, RopeConfig]:
+def rope_configs_from_hf(config: Any, *, layout: str | None = None) -> dict[str, RopeConfig]:
     """Every rotary embedding of the model, keyed by layer type (``{"default": cfg}`` for one rope).
 
     Gemma 3 gives ``{"full_attention": global, "sliding_attention": local}``; a ``rope_parameters``
     dict keyed by layer type gives one entry per key.
     """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
+    config = config_dict(config)
     text = _text_config(config)
     params = text.get("rope_parameters")
     if text.get("model_type") in _GEMMA3_TYPES:
@@ -408,3 +511,100 @@ def rope_configs_from_hf(config: Mapping[str, Any], *, layout: str | None = None
     else:
         return {"default": rope_config_from_hf(config, layout=layout)}
     return {key: rope_config_from_hf(config, layout=layout, layer_type=key) for key in keys}
+
+
+#: What :func:`model_family` answers, and the function that reads a config of that family.
+FAMILIES = {
+    "rope": "rope_ref.RopeConfig.from_hf (rope_ref.hf_config.rope_configs_from_hf: one per layer type)",
+    "mrope": "rope_ref.mrope.from_hf -> MRopeModel (multi-axis text RoPE of Qwen2/2.5/3-VL, GLM-4V)",
+    "mla": "rope_ref.mla.from_hf -> MLAConfig (DeepSeek-V2/V3, Kimi-K2 rope part)",
+    "layers": "rope_ref.layers.from_hf -> LayerRopes (Gemma 3 local/global, Llama 4 NoPE layers)",
+    "vision": "rope_ref.vision_rope.from_hf -> MultiAxisRope (2D ViT RoPE: Qwen2-VL family, Pixtral)",
+    "chatglm-2d": "rope_ref.multiaxis.from_hf -> MultiAxisRope (ChatGLM-6B position_encoding_2d)",
+}
+
+#: Vision tower ``model_type`` -> the 2D rule of :mod:`rope_ref.vision_rope` that reads it.
+VISION_RULE_BY_MODEL_TYPE = {
+    **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"), "qwen2-vl"),
+    "pixtral": "pixtral",
+}
+_MROPE_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")
+_LAYER_TYPES = (*_GEMMA3_TYPES, "llama4", "llama4_text")
+
+
+def _vision_only(config: Mapping[str, Any]) -> bool:
+    """A vision tower's own config (``vision_config`` given alone): patches, no vocabulary."""
+    return (
+        "patch_size" in config
+        and "vocab_size" not in config
+        and not any(isinstance(config.get(k), Mapping) for k in ("text_config", "vision_config"))
+    )
+
+
+def vision_part(config: Any) -> tuple[str | None, Mapping[str, Any]] | None:
+    """``(rule, vision config)`` of a config with a vision tower (``rule`` None when rope-ref has no
+    oracle for its ``model_type``), or None when it has none. ``config`` may be the tower's own."""
+    config = config_dict(config)
+    if _vision_only(config):
+        return VISION_RULE_BY_MODEL_TYPE.get(config.get("model_type")), config
+    vision = config.get("vision_config")
+    if not isinstance(vision, Mapping):
+        return None
+    return VISION_RULE_BY_MODEL_TYPE.get(vision.get("model_type") or config.get("model_type")), vision
+
+
+def model_families(config: Any) -> tuple[str, ...]:
+    """Every oracle family that reads ``config`` (keys of :data:`FAMILIES`), the text model's first.
+
+    A multimodal wrapper adds ``"vision"`` when its tower is one rope-ref knows (Qwen2-VL ->
+    ``("mrope", "vision")``, Llava with Pixtral -> ``("rope", "vision")``); a tower's own config is
+    ``("vision",)``. The answer comes from the keys alone; the family's ``from_hf`` validates the rest.
+    """
+    config = config_dict(config)
+    vision = vision_part(config)
+    if _vision_only(config):
+        return ("vision",)
+    text = _text_config(config)
+    model_type = text.get("model_type")
+    rope = text.get("rope_scaling") or text.get("rope_parameters")
+    params = text.get("rope_parameters")
+    if (isinstance(rope, Mapping) and "mrope_section" in rope) or config.get("model_type") in _MROPE_TYPES:
+        family = "mrope"
+    elif text.get("qk_nope_head_dim") is not None:
+        family = "mla"
+    elif (
+        model_type in _LAYER_TYPES
+        or config.get("model_type") in _LAYER_TYPES
+        or (isinstance(params, Mapping) and params and all(isinstance(v, Mapping) for v in params.values()))
+    ):
+        family = "layers"
+    elif text.get("position_encoding_2d"):
+        family = "chatglm-2d"
+    else:
+        family = "rope"
+    return (family, "vision") if vision is not None and vision[0] is not None else (family,)
+
+
+def model_family(config: Any) -> str:
+    """The oracle family of an HF config's text model (or of a vision tower's own config): one of
+    ``"rope"``, ``"mrope"``, ``"mla"``, ``"layers"``, ``"vision"``, ``"chatglm-2d"``; :data:`FAMILIES`
+    names the ``from_hf`` that reads each. ``config`` is anything :func:`config_dict` reads."""
+    return model_families(config)[0]
+
+
+def _from_hf(cls, config: Any, *, layout: str | None = None, layer_type: str | None = None) -> RopeConfig:
+    """The RoPE of an HF config: a ``config.json`` dict, a path to one, or a ``PretrainedConfig``-like
+    object with ``to_dict()`` (see :mod:`rope_ref.hf_config`).
+
+    ``layout`` may be omitted where the config fixes it (``model_type``, ``rope_interleave``, ...);
+    a contradicting one is an error. Gemma 3 needs ``layer_type`` (``"full_attention"`` or
+    ``"sliding_attention"``); :func:`rope_ref.hf_config.rope_configs_from_hf` gives both.
+    """
+    return rope_config_from_hf(config, layout=layout, layer_type=layer_type)
+
+
+# RopeConfig.from_hf is defined here, not in rope_ref.config: reading HF configs needs the scalings,
+# which sit above RopeConfig. rope_ref/__init__.py imports this module, so the method is always there.
+_from_hf.__name__ = "from_hf"
+_from_hf.__qualname__ = "RopeConfig.from_hf"
+RopeConfig.from_hf = classmethod(_from_hf)

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +24,12 @@ import numpy as np
 
 from ._arrays import as_float64, check_int
 from .config import RopeConfig
+from .hf_config import config_dict, rope_config_from_hf, rope_configs_from_hf
+from .preset_table import PresetTable
 from .rotation import apply as _apply
 from .scaling import Linear, Llama3
 
-__all__ = ["LayerRopes", "gemma3", "llama4", "preset", "preset_names"]
+__all__ = ["LayerRopes", "gemma3", "llama4", "preset", "preset_names", "from_hf"]
 
 
 @dataclass(frozen=True)
@@ -115,13 +118,64 @@ _PRESETS = {
 }
 
 
-def preset_names() -> list[str]:
-    """Names accepted by :func:`preset`."""
-    return sorted(_PRESETS)
+_TABLE = PresetTable("per-layer", _PRESETS)
+#: Names accepted by :func:`preset`, sorted.
+preset_names = _TABLE.names
 
 
 def preset(name: str) -> LayerRopes:
     """A released model's per-layer RoPE by name (see :func:`preset_names`)."""
-    if name not in _PRESETS:
-        raise ValueError(f"unknown per-layer preset {name!r}; known: {preset_names()}")
-    return _PRESETS[name]()
+    return _TABLE.build(name)
+
+
+def _layer_types(text: Any, n: int, pattern_default: int | None) -> list[str]:
+    """Each layer's type: ``layer_types`` as given, else Gemma 3's ``sliding_window_pattern`` rule."""
+    types = text.get("layer_types")
+    if types is not None:
+        if not isinstance(types, (list, tuple)) or len(types) != n:
+            raise ValueError(f"layer_types must list num_hidden_layers={n} layer types, got {types!r:.80}")
+        return [str(t) for t in types]
+    if pattern_default is None:
+        raise ValueError("config has rope_parameters keyed by layer type but no layer_types list")
+    pattern = check_int(
+        text.get("sliding_window_pattern", pattern_default), "sliding_window_pattern", minimum=1
+    )
+    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+
+
+def from_hf(config: Any, *, layout: str | None = None) -> LayerRopes:
+    """Every layer's RoPE from an HF config: Gemma 3 (``layer_types``, else ``sliding_window_pattern``),
+    Llama 4 (``no_rope_layers``, ``no_rope_layer_interval``) or any config whose ``rope_parameters`` is
+    keyed by the layer types that ``layer_types`` lists.
+
+    ``config``: a ``config.json`` dict, a path to one or a ``PretrainedConfig``-like object
+    (:func:`rope_ref.hf_config.config_dict`); a multimodal wrapper's ``text_config`` is used.
+    """
+    config = config_dict(config)
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    if text.get("num_hidden_layers") is None:
+        raise ValueError("config is missing the key 'num_hidden_layers' (needed for per-layer RoPE)")
+    n = check_int(text["num_hidden_layers"], "num_hidden_layers", minimum=1)
+    name = str(config.get("_name_or_path") or config.get("model_type") or "layers")
+    model_type = text.get("model_type") or config.get("model_type")
+    if model_type in ("llama4", "llama4_text") or "no_rope_layers" in text:
+        interval = text.get("no_rope_layer_interval", 4)
+        made = llama4(
+            n,
+            rope_config_from_hf(config, layout=layout),
+            no_rope_layers=text.get("no_rope_layers"),
+            interval=interval,
+        )
+        return LayerRopes(name, made.ropes)
+    ropes = rope_configs_from_hf(config, layout=layout)
+    if set(ropes) == {"default"}:
+        raise ValueError(
+            f"config of model_type {model_type!r} has one RoPE for every layer: use RopeConfig.from_hf"
+        )
+    types = _layer_types(text, n, 6 if model_type in ("gemma3", "gemma3_text") else None)
+    missing = sorted(set(types) - set(ropes))
+    if missing:
+        raise ValueError(
+            f"layer_types names {missing}, which have no RoPE in the config (has {sorted(ropes)})"
+        )
+    return LayerRopes(name, tuple(ropes[t] for t in types))

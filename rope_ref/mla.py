@@ -22,16 +22,19 @@ Two YaRN corrections must both be present (transformers ``modeling_deepseek_v3.p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import _mp
-from ._arrays import as_float64, as_positions, check_real
+from ._arrays import as_float64, as_positions, check_int, check_real
 from .config import RopeConfig
+from .hf_config import config_dict, rope_config_from_hf
 from .multiaxis import MultiAxisRope, from_config
 from .multiaxis import apply as _multiaxis_apply
+from .preset_table import PresetTable
 from .rotation import layout_permutation
 from .scaling import YaRN
 
@@ -43,6 +46,7 @@ __all__ = [
     "to_half_layout",
     "preset",
     "preset_names",
+    "from_hf",
 ]
 
 
@@ -193,13 +197,36 @@ def _kimi_k2() -> MLAConfig:
 _PRESETS = {"deepseek-v2-lite": _deepseek_v2_lite, "deepseek-v3": _deepseek_v3, "kimi-k2": _kimi_k2}
 
 
-def preset_names() -> list[str]:
-    """Names accepted by :func:`preset`."""
-    return sorted(_PRESETS)
+_TABLE = PresetTable("MLA", _PRESETS)
+#: Names accepted by :func:`preset`, sorted.
+preset_names = _TABLE.names
 
 
 def preset(name: str) -> MLAConfig:
     """A released MLA model by name (see :func:`preset_names`)."""
-    if name not in _PRESETS:
-        raise ValueError(f"unknown MLA preset {name!r}; known: {preset_names()}")
-    return _PRESETS[name]()
+    return _TABLE.build(name)
+
+
+def from_hf(config: Any, *, layout: str | None = None) -> MLAConfig:
+    """The MLA attention of an HF config (DeepSeek-V2/V3, Kimi-K2, or any with ``qk_nope_head_dim``).
+
+    ``config``: a ``config.json`` dict, a path to one or a ``PretrainedConfig``-like object
+    (:func:`rope_ref.hf_config.config_dict`). The rope part is :func:`rope_ref.hf_config.rope_config_from_hf`
+    (head size ``qk_rope_head_dim``; layout fixed by ``model_type`` / ``rope_interleave``, else ``layout=``);
+    ``mscale_all_dim`` comes from the rope dict (``rope_scaling`` or ``rope_parameters``).
+    """
+    config = config_dict(config)
+    sizes = {}
+    for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if config.get(key) is None:
+            raise ValueError(f"config is missing the key {key!r}: not an MLA (DeepSeek-V2/V3-style) config")
+        sizes[key] = check_int(config[key], key, minimum=0 if key == "qk_nope_head_dim" else 1)
+    rope = rope_config_from_hf(config, layout=layout)
+    raw = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    m_all = raw.get("mscale_all_dim") if isinstance(raw, Mapping) else None
+    if m_all is not None:
+        m_all = check_real(m_all, "mscale_all_dim")
+    name = str(config.get("_name_or_path") or config.get("model_type") or "mla")
+    return MLAConfig(
+        name, sizes["qk_nope_head_dim"], sizes["qk_rope_head_dim"], sizes["v_head_dim"], rope, m_all
+    )

@@ -16,16 +16,18 @@ v4.57.6 for the others; ``docs/multimodal.md`` records where later versions diff
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._arrays import check_int, check_real, to_numpy
+from ._arrays import check_input_ids, check_int, check_real, to_numpy
 from .config import RopeConfig
+from .hf_config import config_dict, rope_config_from_hf
 from .multiaxis import MultiAxisRope
 from .multiaxis import apply as _multiaxis_apply
+from .preset_table import PresetTable
 
 __all__ = [
     "RULES",
@@ -133,15 +135,6 @@ def apply(x: Any, position_ids: Any, spec: MultiAxisRope, *, seq_len: int | None
 
 
 # -- position ids ----------------------------------------------------------------------------------
-
-
-def _check_ids(input_ids: Any) -> np.ndarray:
-    ids = to_numpy(input_ids, "input_ids")
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"input_ids must be an integer array of token ids, got dtype {ids.dtype}")
-    if ids.ndim != 2:
-        raise ValueError(f"input_ids must have shape (batch, seq), got shape {ids.shape}")
-    return ids.astype(np.int64, copy=False)
 
 
 def _check_mask(attention_mask: Any, shape: tuple[int, int]) -> np.ndarray | None:
@@ -399,7 +392,7 @@ def position_ids(
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     merge = check_int(spatial_merge_size, "spatial_merge_size", minimum=1)
     tps = check_real(tokens_per_second, "tokens_per_second")
-    ids = _check_ids(input_ids)
+    ids = check_input_ids(input_ids)
     batch, seq = ids.shape
     mask = _check_mask(attention_mask, ids.shape)
     image = _check_grid(image_grid_thw, "image_grid_thw", merge)
@@ -577,16 +570,14 @@ _PRESETS = {
 }
 
 
-def preset_names() -> list[str]:
-    """Names accepted by :func:`preset`."""
-    return sorted(_PRESETS)
+_TABLE = PresetTable("M-RoPE", _PRESETS)
+#: Names accepted by :func:`preset`, sorted.
+preset_names = _TABLE.names
 
 
 def preset(name: str) -> MRopeModel:
     """A released M-RoPE model by name (see :func:`preset_names`)."""
-    if name not in _PRESETS:
-        raise ValueError(f"unknown M-RoPE preset {name!r}; known: {preset_names()}")
-    return _PRESETS[name]()
+    return _TABLE.build(name)
 
 
 #: ``model_type`` -> (position-id rule, pair layout, interleaved sections), as each modelling file fixes
@@ -607,7 +598,8 @@ _TOKEN_KEYS = {
 
 
 def from_hf(config: Any) -> MRopeModel:
-    """The M-RoPE model of an HF ``config.json`` dict (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V families).
+    """The M-RoPE model of an HF config (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V families): a ``config.json``
+    dict, a path to one, or a ``PretrainedConfig``-like object (:func:`rope_ref.hf_config.config_dict`).
 
     ``model_type`` picks the rule, the layout and blocked vs interleaved sections (see ``_HF_TYPES``).
     ``mrope_section`` comes from the (text config's) ``rope_scaling`` or ``rope_parameters``. The
@@ -616,10 +608,7 @@ def from_hf(config: Any) -> MRopeModel:
     transformers' legacy spelling of the default type). ``vision_config.spatial_merge_size`` and
     ``tokens_per_second`` and the vision token ids are read when present.
     """
-    from collections.abc import Mapping
-
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
+    config = config_dict(config)
     model_type = config.get("model_type")
     if model_type not in _HF_TYPES:
         raise ValueError(f"config model_type must be one of {sorted(_HF_TYPES)}, got {model_type!r}")
@@ -641,7 +630,7 @@ def from_hf(config: Any) -> MRopeModel:
         stripped["text_config"] = holder
     else:
         stripped = holder
-    cfg = RopeConfig.from_hf(stripped, layout=layout)
+    cfg = rope_config_from_hf(stripped, layout=layout)
     vision = config.get("vision_config") if isinstance(config.get("vision_config"), Mapping) else {}
     merge = check_int(vision.get("spatial_merge_size", 2), "vision_config.spatial_merge_size", minimum=1)
     tps = check_real(vision.get("tokens_per_second", 2.0), "vision_config.tokens_per_second")

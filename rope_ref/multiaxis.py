@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 
 from . import _exact_trig
-from ._arrays import as_float64, as_positions, check_broadcast, check_int
+from ._arrays import as_float64, as_positions, check_broadcast, check_int, check_real, set_fields
 from .config import LAYOUTS, RopeConfig
 from .frequencies import attention_factor, inv_freq, resolve_seq_len
+from .hf_config import config_dict, rope_config_from_hf
 
-__all__ = ["MultiAxisRope", "apply", "cos_sin", "from_config", "chatglm_2d", "stack_positions"]
+__all__ = ["MultiAxisRope", "apply", "cos_sin", "from_config", "chatglm_2d", "stack_positions", "from_hf"]
 
 
 def _int_tuple(values: Any, name: str) -> tuple[int, ...]:
@@ -105,12 +106,15 @@ class MultiAxisRope:
                 raise ValueError(
                     f"freq_index[{i}]={k} is outside stream {s}'s table of {tables[s].n_pairs} frequencies"
                 )
-        object.__setattr__(self, "head_dim", head_dim)
-        object.__setattr__(self, "layout", layout)
-        object.__setattr__(self, "streams", streams)
-        object.__setattr__(self, "tables", tables)
-        object.__setattr__(self, "freq_index", freq_index)
-        object.__setattr__(self, "blocks", blocks)
+        set_fields(
+            self,
+            head_dim=head_dim,
+            layout=layout,
+            streams=streams,
+            tables=tables,
+            freq_index=freq_index,
+            blocks=blocks,
+        )
 
     @property
     def n_pairs(self) -> int:
@@ -278,3 +282,27 @@ def chatglm_2d(head_dim: int = 128, base: float = 10000.0) -> MultiAxisRope:
     return MultiAxisRope(
         head_dim, layout="half", streams=(0,) * q + (1,) * q, tables=(table, table), blocks=2
     )
+
+
+def from_hf(config: Any, *, layout: str | None = None) -> MultiAxisRope:
+    """The text RoPE of an HF config as a multi-axis spec: ChatGLM-6B (``position_encoding_2d``) is
+    :func:`chatglm_2d` of ``hidden_size / num_attention_heads`` (base 10000, or ``rope_theta``); any
+    other config is :func:`from_config` of :func:`rope_ref.hf_config.rope_config_from_hf`.
+
+    ``config``: a ``config.json`` dict, a path to one or a ``PretrainedConfig``-like object
+    (:func:`rope_ref.hf_config.config_dict`). M-RoPE, vision and MLA configs have their own
+    ``from_hf`` (:data:`rope_ref.hf_config.FAMILIES`).
+    """
+    config = config_dict(config)
+    if not config.get("position_encoding_2d"):
+        return from_config(rope_config_from_hf(config, layout=layout))
+    if layout not in (None, "half"):
+        raise ValueError(f"layout={layout!r} contradicts position_encoding_2d (ChatGLM-6B pairs half-layout)")
+    for key in ("hidden_size", "num_attention_heads"):
+        if config.get(key) is None:
+            raise ValueError(f"config is missing the key {key!r} (ChatGLM-6B head size)")
+    hidden = check_int(config["hidden_size"], "hidden_size", minimum=1)
+    heads = check_int(config["num_attention_heads"], "num_attention_heads", minimum=1)
+    if hidden % heads:
+        raise ValueError(f"hidden_size ({hidden}) is not divisible by num_attention_heads ({heads})")
+    return chatglm_2d(hidden // heads, check_real(config.get("rope_theta", 10000.0), "rope_theta"))

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from ._arrays import POSITION_LIMIT, check_int, to_numpy
+from .axes import parse_axes
+from .kernel_args import check_cu_seqlens, check_offset, check_start_offsets, position_form
 
 __all__ = ["positions_from_cu_seqlens", "positions_from_offset", "kernel_positions"]
 
@@ -45,25 +47,12 @@ def positions_from_cu_seqlens(cu_seqlens: Any, start_offsets: Any = None) -> np.
     ``axes="thd"``.
     """
     cu = _integers(cu_seqlens, "cu_seqlens", ndim=1)
-    if cu.size < 1 or cu[0] != 0:
-        raise ValueError(f"cu_seqlens must start at 0, got {cu[:4].tolist()}")
-    lengths = np.diff(cu)
-    if np.any(lengths < 0):
-        j = int(np.flatnonzero(lengths < 0)[0])
-        raise ValueError(f"cu_seqlens must be non-decreasing, got {int(cu[j])} then {int(cu[j + 1])} at {j}")
+    lengths = check_cu_seqlens(cu)
     count = lengths.size
     if start_offsets is None:
         offsets = np.zeros(count, dtype=np.int64)
     else:
-        offsets = _integers(start_offsets, "start_offsets")
-        if offsets.ndim == 0:
-            offsets = np.full(count, int(offsets), dtype=np.int64)
-        elif offsets.shape != (count,):
-            raise ValueError(
-                f"start_offsets must be a scalar or have {count} entries, got shape {offsets.shape}"
-            )
-        if np.any(offsets < 0):
-            raise ValueError(f"start_offsets must be >= 0 (a cache offset), got {int(offsets.min())}")
+        offsets = check_start_offsets(_integers(start_offsets, "start_offsets"), count)
     total = int(cu[-1])
     sequence = np.repeat(np.arange(count), lengths)
     within = np.arange(total, dtype=np.int64) - np.repeat(cu[:-1], lengths)
@@ -112,30 +101,15 @@ def kernel_positions(
     :func:`positions_from_cu_seqlens`, whose last entry must equal the token count ``T``. Returns float64
     ids for ``rope_ref.apply(x, ids, cfg, axes=axes)``; ``ValueError`` naming the argument otherwise.
     """
-    from .axes import parse_axes
-
     axes = parse_axes(axes, len(x_shape))
-    given = [
-        n
-        for n, v in (("positions", positions), ("offset", offset), ("cu_seqlens", cu_seqlens))
-        if v is not None
-    ]
-    if len(given) != 1:
-        raise ValueError(f"give exactly one of positions, offset, cu_seqlens; got {given or 'none'}")
-    if start_offsets is not None and cu_seqlens is None:
-        raise ValueError("start_offsets goes with cu_seqlens (use offset= for a cache offset per batch row)")
-    if positions is not None:
+    form = position_form(positions, offset, cu_seqlens, start_offsets, axes=axes)
+    if form == "positions":
         return np.asarray(to_numpy(positions, "positions"), dtype=np.float64)
-    if offset is not None:
-        if "b" not in axes or "s" not in axes:
-            raise ValueError(f"offset needs batch and sequence axes ('b' and 's'), got axes={axes!r}")
+    if form == "offset":
         b, s = x_shape[axes.index("b")], x_shape[axes.index("s")]
         off = _integers(offset, "offset")
-        if off.ndim == 1 and off.shape[0] != b:
-            raise ValueError(f"offset has {off.shape[0]} entries but x has batch {b} (axes={axes!r})")
+        check_offset(off, b, axes)
         return positions_from_offset(off, s, batch=b)
-    if axes != "thd" and "t" not in axes:
-        raise ValueError(f"cu_seqlens needs packed tokens (axes 'thd'), got axes={axes!r}")
     ids = positions_from_cu_seqlens(cu_seqlens, start_offsets)
     tokens = x_shape[axes.index("t")]
     if ids.shape[0] != tokens:

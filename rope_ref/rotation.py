@@ -27,6 +27,8 @@ __all__ = [
     "layout_permutation",
     "inverse_layout_permutation",
     "pair_indices",
+    "set_table_cache_bytes",
+    "clear_table_caches",
 ]
 
 # Rows of float64 processed per block: temporaries stay in cache, so apply costs about one pass.
@@ -80,9 +82,13 @@ class _TableCache:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, pos: np.ndarray, freqs: np.ndarray, factor: float, layout: str) -> _Tables:
+    def keeps(self, pos: np.ndarray, freqs: np.ndarray) -> bool:
+        """Whether tables for ``pos`` are small enough to be kept: a quarter of the budget at most."""
         size = 3 * pos.size * freqs.size * 2 * 8  # two tables of 2 * n columns (complex counts double)
-        if size > self.max_bytes // 4:
+        return size <= self.max_bytes // 4
+
+    def get(self, pos: np.ndarray, freqs: np.ndarray, factor: float, layout: str) -> _Tables:
+        if not self.keeps(pos, freqs):
             return _Tables(pos, freqs, factor, layout)
         key = (layout, factor, freqs.tobytes(), pos.shape, np.ascontiguousarray(pos).tobytes())
         with self._lock:
@@ -133,9 +139,133 @@ class _Tables:
                 a.flags.writeable = False
 
 
-#: Memory the table cache of :func:`apply` may keep.
+class _PrefixView:
+    """Rows ``start .. start + count`` of a prefix table, shaped like the :class:`_Tables` of ``pos``."""
+
+    def __init__(self, parts: tuple[np.ndarray, ...], pos: np.ndarray, start: int, factor: float) -> None:
+        count = pos.size
+        self.parts = tuple(t[start : start + count].reshape(pos.shape + t.shape[1:]) for t in parts)
+        self.zero = (pos == 0)[..., None] if factor == 1.0 else None
+
+
+class _PrefixTables:
+    """Tables of the positions ``0, 1, ..., rows - 1`` per (frequencies, attention factor, layout).
+
+    Long sequences rotate by ``arange``-like positions (``p0, p0 + 1, ..., p0 + S - 1``, integers,
+    ``p0 >= 0``) whose tables are too large for :class:`_TableCache`: those are served as a view of one
+    table per configuration, built once and grown (at least doubled) when a later call reaches further.
+    Every row is the :class:`_Tables` row of that position, computed by the same elementwise formulas,
+    so a view holds the same bits as tables built for the call. The tables together stay within ``max_bytes``
+    (least recently used configurations are dropped); a request that would not fit is refused
+    (``None``) and the caller builds its tables as before. Thread-safe: a table is never changed once
+    published (growing builds a new one), and concurrent builders compute the same bits.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple, tuple[np.ndarray, ...]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def run_start(pos: np.ndarray) -> int | None:
+        """``p0`` if ``pos`` (one axis longer than 1 at most) is ``p0, p0 + 1, ...`` with an integer
+        ``p0 >= 0`` (not -0.0, whose sine keeps its sign), else None."""
+        if sum(n > 1 for n in pos.shape) > 1 or pos.size == 0:
+            return None
+        flat = pos.reshape(-1)
+        p0 = float(flat[0])
+        if not (0.0 <= p0 < 2.0**40 and p0 == int(p0)) or np.signbit(flat[0]):
+            return None
+        if flat.size > 1 and not np.array_equal(flat, np.arange(p0, p0 + flat.size, dtype=np.float64)):
+            return None
+        return int(p0)
+
+    def get(self, pos: np.ndarray, freqs: np.ndarray, factor: float, layout: str) -> _PrefixView | None:
+        start = self.run_start(pos)
+        if start is None:
+            return None
+        end = start + pos.size
+        row_bytes = 2 * 2 * freqs.size * 8  # [c, c] and [s, -s] (or c twice and 1j s): 2 n each
+        if end * row_bytes > self.max_bytes:
+            return None
+        key = (layout, factor, freqs.tobytes())
+        with self._lock:
+            parts = self._items.get(key)
+            if parts is not None:
+                self._items.move_to_end(key)
+        have = 0 if parts is None else parts[0].shape[0]
+        if end - have > 2 * pos.size:
+            return None  # building the rows up to p0 would cost over twice the call's own tables
+        if have < end:
+            # A growth doubles the table (limited by the budget and by twice the call's own rows), so a
+            # sequence of calls reaching further and further costs about one build in all.
+            rows = min(max(end, have + min(have, 2 * pos.size)), self.max_bytes // row_bytes)
+            new = _Tables(np.arange(have, rows, dtype=np.float64), freqs, factor, layout).parts
+            if parts is not None:
+                new = tuple(np.concatenate(pair) for pair in zip(parts, new, strict=True))
+            parts = new
+            for t in parts:
+                t.flags.writeable = False
+            self._publish(key, parts)
+        return _PrefixView(parts, pos, start, factor)
+
+    def _publish(self, key: tuple, parts: tuple[np.ndarray, ...]) -> None:
+        size = sum(t.nbytes for t in parts)
+        with self._lock:
+            old = self._items.get(key)
+            if old is not None and old[0].shape[0] >= parts[0].shape[0]:
+                return  # another thread published a table at least as long
+            if old is not None:
+                self._bytes -= sum(t.nbytes for t in old)
+                del self._items[key]
+            while self._items and self._bytes + size > self.max_bytes:
+                _, dropped = self._items.popitem(last=False)
+                self._bytes -= sum(t.nbytes for t in dropped)
+            self._items[key] = parts
+            self._bytes += size
+
+
+#: Memory the table cache of :func:`apply` may keep (tables of any positions, a quarter of it at most each).
 _TABLE_CACHE_BYTES = 64 * 2**20
 _TABLE_CACHE = _TableCache(_TABLE_CACHE_BYTES)
+#: Memory the prefix tables of :func:`apply` may keep (``arange``-like positions whose tables are too
+#: large for the table cache); 2 KiB per position at rotary_dim 128. See :func:`set_table_cache_bytes`.
+_PREFIX_TABLE_BYTES = 256 * 2**20
+_PREFIX_TABLES = _PrefixTables(_PREFIX_TABLE_BYTES)
+
+
+def _check_bytes(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int number of bytes, got {type(value).__name__} {value!r:.60}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 bytes, got {int(value)}")
+    return int(value)
+
+
+def set_table_cache_bytes(
+    *, cache_bytes: int | None = None, prefix_bytes: int | None = None
+) -> tuple[int, int]:
+    """Set the memory :func:`apply` keeps for exact cos/sin tables; returns the previous ``(cache, prefix)``.
+
+    ``cache_bytes`` (default 64 MiB) bounds the least-recently-used cache of tables per (configuration,
+    positions), each at most a quarter of it; ``prefix_bytes`` (default 256 MiB) bounds the tables of
+    positions ``0 .. N-1`` per configuration that serve longer ``arange``-like positions (2 KiB per
+    position at rotary_dim 128: 128 MiB for 65536). ``0`` turns a cache off. The caches are emptied.
+    Results never depend on these settings, only the time of a call does.
+    """
+    global _TABLE_CACHE_BYTES, _TABLE_CACHE, _PREFIX_TABLE_BYTES, _PREFIX_TABLES
+    previous = (_TABLE_CACHE_BYTES, _PREFIX_TABLE_BYTES)
+    cache = previous[0] if cache_bytes is None else _check_bytes(cache_bytes, "cache_bytes")
+    prefix = previous[1] if prefix_bytes is None else _check_bytes(prefix_bytes, "prefix_bytes")
+    _TABLE_CACHE_BYTES, _PREFIX_TABLE_BYTES = cache, prefix
+    _TABLE_CACHE, _PREFIX_TABLES = _TableCache(cache), _PrefixTables(prefix)
+    return previous
+
+
+def clear_table_caches() -> None:
+    """Empty the table caches of :func:`apply` (the next call builds its exact tables afresh)."""
+    set_table_cache_bytes()
 
 
 def _rotate_half_block(out, x, cos_full, sin_signed, rd: int, scratch: np.ndarray) -> None:
@@ -230,7 +360,11 @@ def apply(
     row_elements = x.size // x.shape[axis]
     step = max(1, _BLOCK_ELEMENTS // max(row_elements, 1))
     small = pos.shape[axis] == 1 or pos.size * rd <= x.size // 4
-    shared = _TABLE_CACHE.get(pos, freqs, factor, cfg.layout) if small else None
+    shared = None
+    if small and not _TABLE_CACHE.keeps(pos, freqs):
+        shared = _PREFIX_TABLES.get(pos, freqs, factor, cfg.layout)
+    if small and shared is None:
+        shared = _TABLE_CACHE.get(pos, freqs, factor, cfg.layout)
     first = x[(slice(None),) * axis + (slice(0, step),)]
     scratch_full = np.empty(first.shape[:-1] + (rd,), dtype=np.float64)
     caller_err = np.geterr()

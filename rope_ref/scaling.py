@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import _mp
-from ._arrays import check_int, check_real
+from ._arrays import check_int, check_real, set_fields
 from .frequencies import exact_default_theta
 from .scaling_base import Scaling
 
@@ -79,11 +79,6 @@ def _ntk_exponent(rotary_dim: int, kind: str) -> float:
     if rotary_dim < 4:
         raise ValueError(f"{kind} needs rotary_dim >= 4 (exponent d/(d-2)), got rotary_dim={rotary_dim}")
     return rotary_dim / (rotary_dim - 2)
-
-
-def _set(obj: Any, **values: Any) -> None:
-    for key, value in values.items():
-        object.__setattr__(obj, key, value)
 
 
 def _rounded(values: Sequence[Any]) -> np.ndarray:
@@ -147,7 +142,7 @@ class Linear(Scaling):
     factor: float
 
     def __post_init__(self) -> None:
-        _set(self, factor=_factor(self.factor))
+        set_fields(self, factor=_factor(self.factor))
 
     def inv_freq(self, base: float, rotary_dim: int, seq_len: int | None) -> np.ndarray:
         """theta_i / factor, the exact quotient rounded once."""
@@ -170,7 +165,7 @@ class NTKAware(Scaling):
     alpha: float
 
     def __post_init__(self) -> None:
-        _set(self, alpha=_factor(self.alpha, "alpha"))
+        set_fields(self, alpha=_factor(self.alpha, "alpha"))
 
     def _exponent(self, rotary_dim: int) -> Any:
         _ntk_exponent(rotary_dim, "NTKAware")
@@ -209,7 +204,9 @@ class DynamicNTK(Scaling):
     length_dependent: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        _set(self, factor=_factor(self.factor), original_max_position=_context(self.original_max_position))
+        set_fields(
+            self, factor=_factor(self.factor), original_max_position=_context(self.original_max_position)
+        )
 
     def _growth(self, seq_len: int) -> Any:
         """The exact ``1 + factor * (L - L0) / L0``."""
@@ -328,7 +325,7 @@ class YaRN(Scaling):
             )
         if not isinstance(truncate, (bool, np.bool_)):
             raise TypeError(f"truncate must be a bool, got {type(truncate).__name__} {truncate!r:.60}")
-        _set(
+        set_fields(
             self,
             factor=_factor(factor),
             original_max_position=_context(original_max_position),
@@ -459,7 +456,7 @@ class Llama3(Scaling):
                 "low_freq_factor must be < high_freq_factor, "
                 f"got low_freq_factor={low}, high_freq_factor={high}"
             )
-        _set(
+        set_fields(
             self,
             factor=_factor(self.factor),
             low_freq_factor=low,
@@ -546,7 +543,7 @@ class LongRoPE(Scaling):
             raise ValueError(
                 f"short_factor and long_factor must have the same length, got {len(short)} and {len(long)}"
             )
-        _set(
+        set_fields(
             self,
             short_factor=short,
             long_factor=long,

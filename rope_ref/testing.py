@@ -4,7 +4,7 @@
 has to guess: a correct float32 kernel is off by ~4e-4 at positions near 5000, so a guessed ``atol``
 either fails correct code or hides real bugs. The functions here compute the oracle's answer and
 judge every element with the conformance suite's position- and dtype-aware tolerance model
-(:mod:`rope_ref.conformance.tolerance`, derived in ``docs/tolerance.md``): the same verdict
+(:mod:`rope_ref.tolerance`, derived in ``docs/tolerance.md``): the same verdict
 ``rope-ref conformance run`` gives. On failure the message names the worst element, expected, got,
 tolerance, err/tol, how many elements are out, and, where it can be told, the bug the output most
 resembles (layout swapped, rotation direction reversed, positions quantised to bfloat16/float16,
@@ -27,11 +27,16 @@ from typing import Any
 
 import numpy as np
 
+from . import tolerance
 from ._arrays import as_float64, as_positions, to_numpy
 from .axes import ambiguous_hf_ids, positions_for_axes, shape_mismatch_message
+from .case import Case
 from .config import RopeConfig
+from .diagnoses import common_bug_candidates, cut_at, cut_text, exact_line, explain
 from .frequencies import attention_factor as _attention_factor
 from .frequencies import cos_sin, inv_freq, resolve_seq_len
+from .precision import DTYPES as _DTYPES
+from .precision import PrecisionPolicy
 from .rotation import apply
 
 __all__ = [
@@ -41,19 +46,6 @@ __all__ = [
     "assert_inv_freq_close",
     "precision_policy",
 ]
-
-_DTYPES = ("float64", "float32", "float16", "bfloat16")
-# A mutated computation "explains" the output when the output passes against it with this much slack.
-_EXPLAIN_SLACK = 4.0
-
-
-def _conformance():
-    """``(tolerance module, Case, PrecisionPolicy)`` from ``rope_ref.conformance``, else the repo's."""
-    try:
-        from rope_ref.conformance import case, protocol, tolerance
-    except ImportError:  # a source checkout that is not installed: the package is ``conformance``
-        from conformance import case, protocol, tolerance
-    return tolerance, case.Case, protocol.PrecisionPolicy
 
 
 def _dtype_name(obj: Any) -> str | None:
@@ -79,22 +71,21 @@ def precision_policy(
     compute dtype, angles in float32, or float64 for ``"float64"``), or ``None``: the narrowest float
     dtype among ``like`` (the output and input arrays). Explicit ``*_dtype`` arguments override.
     """
-    _, _, policy_cls = _conformance()
-    if isinstance(precision, policy_cls):
+    if isinstance(precision, PrecisionPolicy):
         base = (precision.io_dtype, precision.angle_dtype, precision.compute_dtype)
     else:
         if precision is None:
             names = [n for n in (_dtype_name(a) for a in like) if n is not None]
             io = max(names, key=_DTYPES.index) if names else "float64"
         elif isinstance(precision, str):
-            io = policy_cls(io_dtype=precision).io_dtype
+            io = PrecisionPolicy(io_dtype=precision).io_dtype
         else:
             raise TypeError(
                 f"precision must be None, a dtype name or a PrecisionPolicy, got {type(precision).__name__}"
             )
         base = (io, "float64" if io == "float64" else "float32", io)
     io, angle, compute = base
-    return policy_cls(io_dtype or io, angle_dtype or angle, compute_dtype or compute)
+    return PrecisionPolicy(io_dtype or io, angle_dtype or angle, compute_dtype or compute)
 
 
 def _policy_text(policy) -> str:
@@ -109,8 +100,7 @@ def _check_cfg(cfg: Any) -> RopeConfig:
 
 def _case(op: str, cfg: RopeConfig, inputs: dict, expected: dict, rule: str, seq_len: int | None):
     """A one-off conformance case whose ``rope_config()`` is ``cfg`` itself (no dict round trip)."""
-    _, case_cls, _ = _conformance()
-    case = case_cls(
+    case = Case(
         id=f"rope_ref.testing.{op}",
         op=op,
         config={"head_dim": cfg.head_dim, "layout": cfg.layout},
@@ -125,41 +115,24 @@ def _case(op: str, cfg: RopeConfig, inputs: dict, expected: dict, rule: str, seq
 
 
 def _judge(case, name: str, got: np.ndarray, policy) -> list:
-    tolerance, _, _ = _conformance()
     return tolerance.compare_output(case, name, got, policy)
 
 
-def _fail(title: str, comparisons: list, policy, context: list[str], diagnosis: str | None) -> None:
+def _fail(
+    title: str, comparisons: list, policy, context: list[str], diagnosis: str | None, judged: tuple = ()
+) -> None:
+    """Raise the failure message; ``judged`` = ``(case, name, got)`` of the element comparison, which
+    lets a worst element that is an exact one be told apart (:func:`_exact_line`)."""
     __tracebackhide__ = True
     lines = [f"{title} (tolerance model of docs/tolerance.md, {_policy_text(policy)})"]
-    lines += ["  " + c.describe() for c in comparisons if not c.passed]
+    for c in comparisons:
+        if not c.passed:
+            exact = judged and c.output == judged[1] and c.note.startswith("exact element")
+            lines.append("  " + (exact_line(c, *judged, policy) if exact else c.describe()))
     if diagnosis:
         lines.append(f"  most resembles: {diagnosis}")
     lines += ["  " + c for c in context]
     raise AssertionError("\n".join(lines))
-
-
-def _explain(
-    got: np.ndarray, policy, candidates: list[tuple[str, Callable[[], tuple[Any, np.ndarray]]]]
-) -> str | None:
-    """The label of the mutated computation ``got`` matches best, if any matches within tolerance.
-
-    Each candidate builds ``(case, expected)`` lazily; one that raises (a mutation that does not fit
-    the config) is skipped.
-    """
-    best: tuple[float, str] | None = None
-    for label, build in candidates:
-        try:
-            case, name = build()
-            # Element by element only: the pair-norm check would hold the mutation to cfg's factor.
-            ratio = _judge(case, name, got, policy)[0].ratio
-        except (ValueError, TypeError, ZeroDivisionError):
-            continue
-        if ratio <= _EXPLAIN_SLACK and (best is None or ratio < best[0]):
-            best = (ratio, label)
-    if best is None:
-        return None
-    return f"{best[1]} (matches the oracle run with that mistake)"
 
 
 # -- positions ---------------------------------------------------------------------------------------
@@ -178,19 +151,10 @@ def _positions(positions: Any, axes: str | None, x_shape: tuple[int, ...]) -> np
     return pos
 
 
-def _round_bf16(values: np.ndarray) -> np.ndarray:
-    """float64 -> nearest bfloat16 (ties to even, via float32), back as float64."""
-    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
-
-
 def _quantised_positions(pos: np.ndarray) -> list[tuple[str, np.ndarray]]:
     out = []
-    for dtype, rounded in (
-        ("bfloat16", _round_bf16(pos)),
-        ("float16", pos.astype(np.float16).astype(np.float64)),
-    ):
+    for dtype in ("bfloat16", "float16"):
+        rounded = tolerance.round_to(pos, dtype)  # no overflow warning: float16 tops out at 65504
         if pos.size and not np.array_equal(rounded, pos) and np.all(np.isfinite(rounded)):
             out.append((f"positions quantised to {dtype} before the angle was computed", rounded))
     return out
@@ -199,23 +163,39 @@ def _quantised_positions(pos: np.ndarray) -> list[tuple[str, np.ndarray]]:
 # -- apply ---------------------------------------------------------------------------------------------
 
 
-def _rotation_candidates(
-    v: np.ndarray, pos: np.ndarray, cfg: RopeConfig, seq_len: int | None, op: str, extra_inputs: dict
-) -> list[tuple[str, Callable[[], tuple[Any, str]]]]:
-    """Mutated computations of ``apply`` of ``v`` (x, or grad_out for the VJP, whose angle is -pos)."""
+def _builder(v: np.ndarray, op: str, extra_inputs: dict, seq_len: int | None):
+    """``build(cfg, pos, scale_rot=1, seq_len=...)``: a lazy mutated ``apply`` of ``v`` (x, or grad_out
+    for the VJP, whose angle is -pos). ``cfg`` may be a callable (a mutation that may not validate)."""
     sign = -1.0 if op == "apply_vjp" else 1.0
     key = "grad_out" if op == "apply_vjp" else "x"
 
-    def build(mut_cfg: RopeConfig, mut_pos: np.ndarray, scale_rot: float = 1.0):
+    def build(mut_cfg: Any, mut_pos: np.ndarray, scale_rot: float = 1.0, mut_seq_len: Any = seq_len):
         def make():
-            expected = apply(v, sign * mut_pos, mut_cfg, seq_len=seq_len)
+            cfg = mut_cfg() if callable(mut_cfg) else mut_cfg
+            expected = apply(v, sign * mut_pos, cfg, seq_len=mut_seq_len)
             if scale_rot != 1.0:
-                expected[..., : mut_cfg.rotary_dim] *= scale_rot
+                expected[..., : cfg.rotary_dim] *= scale_rot
             inputs = dict(extra_inputs, positions=mut_pos)
             inputs[key] = v
-            return _case(op, mut_cfg, inputs, {"out": expected}, "rotation", seq_len), "out"
+            return _case(op, cfg, inputs, {"out": expected}, "rotation", mut_seq_len), "out"
 
         return make
+
+    return build
+
+
+def _rotation_candidates(
+    v: np.ndarray,
+    got: np.ndarray,
+    pos: np.ndarray,
+    cfg: RopeConfig,
+    seq_len: int | None,
+    op: str,
+    extra_inputs: dict,
+    cut: float | None = None,
+) -> list[tuple[str, Callable[[], tuple[Any, str]]]]:
+    """Mutated computations of ``apply`` of ``v`` (x, or grad_out for the VJP, whose angle is -pos)."""
+    build = _builder(v, op, extra_inputs, seq_len)
 
     other = "interleaved" if cfg.layout == "half" else "half"
     out = [
@@ -251,7 +231,20 @@ def _rotation_candidates(
                 build(cfg, pos, 1 / factor),
             )
         )
-    return out
+    return out + common_bug_candidates(
+        v, got, pos, cfg, seq_len, build, -1.0 if op == "apply_vjp" else 1.0, cut
+    )
+
+
+def _diagnose(comparisons, case, name, v, got, pos, seq_len, op: str, extra: dict, policy) -> str | None:
+    """What a failing rotation most resembles (None when only the pair norm failed: no mutated rotation
+    is told apart by a magnitude alone, and each would pass element by element)."""
+    if comparisons[0].passed:
+        return None
+    cfg = case.rope_config()
+    cut = cut_at(case, name, got, policy, pos)
+    candidates = _rotation_candidates(v, got, pos, cfg, seq_len, op, extra, cut)
+    return explain(got, policy, candidates, cut_text(cut))
 
 
 def _context(
@@ -311,8 +304,10 @@ def assert_rope_close(
         warning = ambiguous_hf_ids(pos.shape, xv.shape)
         if warning:
             context.append("note: " + warning)
-    diagnosis = _explain(got, policy, _rotation_candidates(xv, pos, cfg, seq_len, "apply", {}))
-    _fail("RoPE output differs from rope_ref.apply", comparisons, policy, context, diagnosis)
+    diagnosis = _diagnose(comparisons, case, "y", xv, got, pos, seq_len, "apply", {}, policy)
+    _fail(
+        "RoPE output differs from rope_ref.apply", comparisons, policy, context, diagnosis, (case, "y", got)
+    )
 
 
 def assert_rope_vjp_close(
@@ -357,13 +352,14 @@ def assert_rope_vjp_close(
     comparisons = _judge(case, "grad_x", got, policy)
     if all(c.passed for c in comparisons):
         return
-    diagnosis = _explain(got, policy, _rotation_candidates(gv, pos, cfg, seq_len, "apply_vjp", {"x": xv}))
+    diagnosis = _diagnose(comparisons, case, "grad_x", gv, got, pos, seq_len, "apply_vjp", {"x": xv}, policy)
     _fail(
         "RoPE gradient differs from the oracle's VJP (grad_out rotated by -angle)",
         comparisons,
         policy,
         _context(cfg, pos, xv.shape, axes, seq_len),
         diagnosis,
+        (case, "grad_x", got),
     )
 
 
@@ -446,7 +442,7 @@ def assert_cos_sin_close(
                 _sin_builder(cfg, pos, seq_len, parts[0][0], 1 / factor),
             )
         )
-    diagnosis = _explain(parts[0][1], policy, candidates)
+    diagnosis = explain(parts[0][1], policy, candidates)
     _fail(
         "cos/sin table differs from rope_ref.cos_sin",
         comparisons,
@@ -491,7 +487,7 @@ def assert_inv_freq_close(
         # Frequencies are angle-side values: no activation I/O, so no half-precision output floor.
         angle_dtype = angle_dtype or _dtype_name(actual) or "float64"
         wide = "float64" if angle_dtype == "float64" else "float32"
-        precision = _conformance()[2](io_dtype=wide, angle_dtype=angle_dtype, compute_dtype=wide)
+        precision = PrecisionPolicy(io_dtype=wide, angle_dtype=angle_dtype, compute_dtype=wide)
         angle_dtype = None
     policy = precision_policy(precision, angle_dtype=angle_dtype, like=(actual,))
     got = as_float64(actual, "inv_freq")
@@ -521,7 +517,7 @@ def assert_inv_freq_close(
                 lambda: (_full_width_case(cfg, seq_len), "f"),
             ),
         ]
-        diagnosis = _explain(got, policy, candidates)
+        diagnosis = explain(got, policy, candidates)
     _fail("inverse frequencies differ from rope_ref.inv_freq", comparisons, policy, [repr(cfg)], diagnosis)
 
 

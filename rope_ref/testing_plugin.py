@@ -8,7 +8,7 @@ an installed rope-ref makes the fixture available everywhere; without the entry 
         rope_assert(my_rope(q, position_ids), q, position_ids, cfg, axes="bhsd")
 
 ``rope_assert.cos_sin``, ``rope_assert.inv_freq`` and ``rope_assert.vjp`` are the companions. Importing
-this module imports neither torch nor the conformance suite.
+this module loads neither torch nor the conformance suite.
 """
 
 from __future__ import annotations

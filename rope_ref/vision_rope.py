@@ -24,11 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import check_int, to_numpy
+from ._arrays import check_int, check_real, to_numpy
 from .config import RopeConfig
+from .hf_config import VISION_RULE_BY_MODEL_TYPE, vision_part
 from .multiaxis import MultiAxisRope
+from .preset_table import PresetTable
 
-__all__ = ["qwen2_vl", "pixtral", "qwen2_vl_ids", "pixtral_ids", "preset", "preset_names"]
+__all__ = ["qwen2_vl", "pixtral", "qwen2_vl_ids", "pixtral_ids", "preset", "preset_names", "from_hf"]
 
 
 def _quarter(head_dim: Any) -> int:
@@ -128,13 +130,54 @@ _PRESETS = {
 }
 
 
-def preset_names() -> list[str]:
-    """Names accepted by :func:`preset`."""
-    return sorted(_PRESETS)
+_TABLE = PresetTable("vision RoPE", _PRESETS)
+#: Names accepted by :func:`preset`, sorted.
+preset_names = _TABLE.names
 
 
 def preset(name: str) -> MultiAxisRope:
     """A released vision tower's 2D RoPE by name (see :func:`preset_names`)."""
-    if name not in _PRESETS:
-        raise ValueError(f"unknown vision RoPE preset {name!r}; known: {preset_names()}")
-    return _PRESETS[name]()
+    return _TABLE.build(name)
+
+
+def _vision_head_dim(vision: Any, keys: tuple[str, ...]) -> int:
+    if vision.get("head_dim") is not None:
+        return check_int(vision["head_dim"], "vision_config.head_dim", minimum=4)
+    width = next((k for k in keys if vision.get(k) is not None), None)
+    heads = next((k for k in ("num_heads", "num_attention_heads") if vision.get(k) is not None), None)
+    if width is None or heads is None:
+        raise ValueError(
+            f"vision_config needs head_dim, or {' / '.join(keys)} and num_heads, to give the head size"
+        )
+    w = check_int(vision[width], f"vision_config.{width}", minimum=1)
+    h = check_int(vision[heads], f"vision_config.{heads}", minimum=1)
+    if w % h:
+        raise ValueError(f"vision_config.{width} ({w}) is not divisible by vision_config.{heads} ({h})")
+    return w // h
+
+
+def from_hf(config: Any) -> MultiAxisRope:
+    """The 2D RoPE of a vision tower from an HF config: the model's ``vision_config``, or the tower's own.
+
+    ``config``: a ``config.json`` dict, a path to one or a ``PretrainedConfig``-like object
+    (:func:`rope_ref.hf_config.config_dict`). The tower's ``model_type`` (else the model's) picks the rule
+    (:data:`rope_ref.hf_config.VISION_RULE_BY_MODEL_TYPE`). Qwen2-VL family: head size ``embed_dim``
+    (Qwen2-VL; its ``hidden_size`` is the merger's output) else ``hidden_size``, over ``num_heads``; base
+    10000 (``VisionRotaryEmbedding``'s default). Pixtral: ``head_dim`` else ``hidden_size /
+    num_attention_heads``, base ``rope_theta`` (default 10000), HF's half layout.
+    """
+    part = vision_part(config)
+    if part is None:
+        raise ValueError("config has no vision_config (and is not a vision tower's own config)")
+    rule, vision = part
+    if rule is None:
+        kind = vision.get("model_type")
+        raise ValueError(
+            f"rope-ref has no vision RoPE for vision model_type {kind!r} "
+            f"(known: {sorted(VISION_RULE_BY_MODEL_TYPE)})"
+        )
+    if rule == "pixtral":
+        head_dim = _vision_head_dim(vision, ("hidden_size",))
+        base = check_real(vision.get("rope_theta", 10000.0), "vision_config.rope_theta")
+        return pixtral(head_dim, base)
+    return qwen2_vl(_vision_head_dim(vision, ("embed_dim", "hidden_size")))

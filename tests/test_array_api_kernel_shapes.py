@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rope_ref.backends._array_api_kernels import mutable_namespace
+from rope_ref.backends._array_api_kernel_shapes import mutable_namespace
 from rope_ref.backends.array_api import make_backend
 from rope_ref.conformance.protocol import Unsupported
 

@@ -226,9 +226,9 @@ def test_deeply_nested_manifest(tmp_path, capsys, small_set):
     with pytest.raises(golden.GoldenError, match="nested deeper"):
         golden.load_golden(root)
     capsys.readouterr()
-    assert main(["golden", "verify", str(root)]) == 1
+    assert main(["golden", "verify", str(root)]) == 3  # a corrupt set: exit status 3 since issue 28
     assert "nested deeper" in capsys.readouterr().err
-    assert main(["conformance", "run", "--backend", "numpy", "--golden", str(root), "-q"]) == 2
+    assert main(["conformance", "run", "--backend", "numpy", "--golden", str(root), "-q"]) == 3
     assert "nested deeper" in _error_line(capsys, "conformance")
 
 
@@ -250,7 +250,7 @@ def test_fifo_case_file_is_not_called_missing(tmp_path, capsys, small_set):
     with pytest.raises(golden.GoldenError, match="FIFO") as info:
         golden.load_golden(root)  # and it does not block on the pipe
     assert "missing" not in str(info.value)
-    assert main(["golden", "verify", str(root)]) == 1
+    assert main(["golden", "verify", str(root)]) == 3  # a corrupt set: exit status 3 since issue 28
     err = capsys.readouterr().err
     assert "FIFO" in err and "before any check ran" not in err
 
@@ -402,7 +402,7 @@ def test_verify_after_checksum_check_does_not_say_before_any_check(tmp_path, cap
     victim = root / json.loads((root / "manifest.json").read_text())["cases"][0]["file"]
     victim.write_bytes(victim.read_bytes()[:-1])
     capsys.readouterr()
-    assert main(["golden", "verify", str(root)]) == 1
+    assert main(["golden", "verify", str(root)]) == 3  # a corrupt set: exit status 3 since issue 28
     err = capsys.readouterr().err
     assert "checksum mismatch" in err and "before any check ran" not in err
 

@@ -175,7 +175,7 @@ def host(lib, monkeypatch, request):
     token over the grid), and with the planner's parallelism threshold at 0, so that every thread loops
     over all heads of q, k and v of its token (the unrolled loop of the kernel).
     """
-    import rope_ref.backends._cupy_extras as extras
+    import rope_ref.backends._cupy_kernel_shapes as extras
     import rope_ref.backends.cupy as cb
 
     if request.param == "whole-heads":

@@ -122,16 +122,17 @@ def test_force_keeps_foreign_files(tmp_path, refs):
 
 
 def test_regenerate_replaces_own_set_and_removes_only_verified_stale_files(tmp_path, refs):
+    # --replace: replacing another model's set is explicit since issue 28 (without it the sets merge).
     d = tmp_path / "d"
     assert _gen(d, OLD) == 0
     assert _is_set(d, refs[OLD])
-    assert _gen(d, NEW) == 0
+    assert _gen(d, NEW, "--replace") == 0
     assert _is_set(d, refs[NEW])  # every OLD-only file is gone, nothing extra remains
     # A listed file the user changed (its sha256 no longer matches) is not ours to delete.
-    assert _gen(d, OLD) == 0
+    assert _gen(d, OLD, "--replace") == 0
     edited = next(n for n in refs[OLD] if n not in refs[NEW])
     (d / edited).write_bytes(b"edited by hand")
-    assert _gen(d, NEW) == 0
+    assert _gen(d, NEW, "--replace") == 0
     assert (d / edited).read_bytes() == b"edited by hand"
 
 
@@ -278,7 +279,7 @@ _DRIVER = textwrap.dedent(
 def _driver(tmp_path, point, k, out, preset=NEW):
     script = tmp_path / "driver.py"
     script.write_text(_DRIVER)
-    argv = ["golden", "generate", "--preset", preset, "--out", str(out)]
+    argv = ["golden", "generate", "--preset", preset, "--out", str(out), "--replace"]
     return subprocess.run(
         [sys.executable, str(script), point, str(k), *argv],
         capture_output=True,
@@ -322,7 +323,7 @@ def test_sigint_at_random_times_real_signal(tmp_path, refs):
         d = tmp_path / f"d{delay}"
         assert _gen(d, OLD) == 0
         proc = subprocess.Popen(
-            [sys.executable, "-c", code, "golden", "generate", "--out", str(d)],
+            [sys.executable, "-c", code, "golden", "generate", "--out", str(d), "--replace"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -392,7 +393,7 @@ def test_leftover_staging_directory_is_cleaned(tmp_path, refs):
     stale = d / (golden.STAGING_PREFIX + "killed")
     stale.mkdir()
     (stale / "half-written.safetensors").write_bytes(b"x")
-    assert _gen(d, NEW) == 0
+    assert _gen(d, NEW, "--replace") == 0
     assert _is_set(d, refs[NEW])
 
 
@@ -429,7 +430,8 @@ def test_two_concurrent_runs(tmp_path):
         d = tmp_path / f"d{trial}"
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", code, "golden", "generate", "--format", fmt, "--out", str(d)],
+                [sys.executable, "-c", code, "golden", "generate", "--format", fmt, "--replace", "--out"]
+                + [str(d)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,

@@ -306,7 +306,7 @@ def test_cli_corrupted_golden_fails_before_running_naming_the_file(tmp_path, cap
         expect = "manifest.json"
     code = main(["conformance", "run", "--backend", "numpy", "--golden", str(golden)])
     captured = capsys.readouterr()
-    assert code == 2
+    assert code == 3  # a corrupt golden set: exit status 3 since issue 28 (was 2)
     assert expect in captured.err
     assert "operation" not in captured.out  # no summary: nothing ran
 

@@ -330,6 +330,22 @@ def test_max_position_avoids_host_read_of_positions():
             plain(x, pos, max_position=bad)
 
 
+def test_module_on_meta_without_max_position_says_what_to_pass():
+    """Issue 28: on "meta" (no data) the on-demand cache cannot read the positions; the error is one line
+    naming ``max_position`` (and ``seq_len`` where a length-dependent scaling would read them too)."""
+    x, pos = torch.empty(2, 5, 3, 16, device="meta"), torch.arange(5, device="meta")[:, None]
+    for cfg, names in (
+        (rope_ref.RopeConfig(16, layout="half"), ["max_position="]),
+        (rope_ref.RopeConfig(16, layout="half", scaling=DynamicNTK(2.0, 64)), ["max_position=", "seq_len="]),
+    ):
+        with pytest.raises(RuntimeError, match="meta") as info:
+            rt.RotaryEmbedding(cfg)(x, pos)
+        message = str(info.value)
+        assert "\n" not in message and all(n in message for n in names), message
+        y = rt.RotaryEmbedding(cfg)(x, pos, max_position=5, seq_len=5)  # shapes only
+        assert y.device.type == "meta" and y.shape == x.shape and y.dtype == x.dtype
+
+
 def test_cache_rebuilt_on_device_change():
     """One table per device, keyed by the device; moving back finds the first one again (no CUDA needed:
     "meta" stands in for the second device)."""

@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rope-ref",
         description="rope-ref: the float64 RoPE oracle, golden vectors and conformance suite.",
+        epilog="Exit status: 0 passed (every case passed, or the golden set verified); 1 a case failed "
+        "(a backend's result, or a stored value against its regeneration); 2 usage error, bad input, or a "
+        "golden set over a reading limit (raise it with --limit NAME=N); 3 a corrupt, malformed or hostile "
+        "golden set (checksum, schema, symlink, duplicate key, sizes that contradict the files); "
+        "130 interrupted; 141 broken pipe. See docs/golden-format.md.",
     )
     parser.add_argument("--version", action="version", version=f"rope-ref {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -28,9 +28,18 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from rope_ref.conformance.protocol import Unsupported
+from rope_ref.conformance.protocol import KernelCall, KernelShapeCalls, Unsupported
 
-from rope_ref.axes import parse_axes, qk_head_axis
+from rope_ref._arrays import to_numpy
+from rope_ref.axes import parse_axes, qk_head_axis, qkv_heads
+from rope_ref.kernel_args import (
+    check_cu_seqlens,
+    check_max_seqlen,
+    check_non_negative,
+    check_start_offsets,
+    offset_placement,
+    position_form,
+)
 
 __all__ = [
     "KERNEL_OPS",
@@ -68,8 +77,6 @@ def _as_array(xp: Any, device: Any, obj: Any, name: str) -> Any:
     """``obj`` as an array of ``xp`` (unchanged when it already is one; else converted on the host)."""
     import array_api_compat
 
-    from rope_ref._arrays import to_numpy
-
     if obj is None or isinstance(obj, bool):
         raise ValueError(f"{name} must be an integer or an integer array, got {obj!r}")
     if array_api_compat.is_array_api_obj(obj):
@@ -90,18 +97,16 @@ def _integers(xp: Any, device: Any, obj: Any, name: str) -> Any:
 
 
 def _cache_offset(xp: Any, device: Any, obj: Any, name: str) -> Any:
-    """A validated cache offset: a 0-d or 1-D int64 array of non-negative integers."""
+    """A validated cache offset: a 0-d or 1-D int64 array of non-negative integers (checked on the host)."""
     if isinstance(obj, int) and not isinstance(obj, bool):
-        if obj < 0:
-            raise ValueError(f"{name} must be >= 0 (a cache offset), got {obj}")
+        check_non_negative(np.asarray(obj), name)
         return xp.asarray(obj, dtype=xp.int64, device=device)
     off = _integers(xp, device, obj, name)
     if off.ndim > 1:
         raise ValueError(
             f"{name} must be a scalar or 1-D (one per batch row or sequence), got shape {tuple(off.shape)}"
         )
-    if bool(xp.any(off < 0)):
-        raise ValueError(f"{name} must be >= 0 (a cache offset), got {int(xp.min(off))}")
+    check_non_negative(to_numpy(off, name), name)
     return off
 
 
@@ -154,26 +159,12 @@ def place_positions(xp: Any, pos: Any, axes: str, shape: tuple[int, ...], name: 
 def offset_positions(xp: Any, device: Any, offset: Any, axes: str, shape: tuple[int, ...]) -> Any:
     """``offset[b] + s`` (or ``offset + s``) placed on the batch and position axes of ``shape``."""
     off = _cache_offset(xp, device, offset, "offset")
-    lead = shape[:-1]
-    seq_axis = _seq_axis(axes)
-    steps = xp.arange(lead[seq_axis], dtype=xp.int64, device=device)
-    placed = [1] * len(lead)
-    placed[seq_axis] = lead[seq_axis]
+    placed, swap = offset_placement(tuple(off.shape), axes, shape)
+    steps = xp.arange(shape[_seq_axis(axes)], dtype=xp.int64, device=device)
     if off.ndim == 0:
-        return xp.reshape(steps + off, tuple(placed))
-    if "b" not in axes:
-        raise ValueError(
-            f"offset of shape {tuple(off.shape)} is per batch row but axes={axes!r} has no 'b' axis "
-            "(use cu_seqlens with start_offsets for packed sequences)"
-        )
-    b_axis = axes.index("b")
-    if off.shape[0] != lead[b_axis]:
-        raise ValueError(f"offset has {off.shape[0]} entries for batch {lead[b_axis]} (axes={axes!r})")
+        return xp.reshape(steps + off, placed)
     ids = off[:, None] + steps[None, :]
-    placed[b_axis] = lead[b_axis]
-    if b_axis > seq_axis:
-        ids = xp.permute_dims(ids, (1, 0))
-    return xp.reshape(ids, tuple(placed))
+    return xp.reshape(xp.permute_dims(ids, (1, 0)) if swap else ids, placed)
 
 
 def varlen_positions(
@@ -195,42 +186,18 @@ def varlen_positions(
     if "t" not in axes:
         raise ValueError(f"cu_seqlens needs packed tokens ('t' in axes), got axes={axes!r}")
     cu = _integers(xp, device, cu_seqlens, "cu_seqlens")
-    if cu.ndim != 1 or cu.shape[0] < 1:
-        raise ValueError(f"cu_seqlens must be 1-D with at least one entry, got shape {tuple(cu.shape)}")
     t_axis = axes.index("t")
     total = shape[t_axis]
-    count = cu.shape[0] - 1
-    if int(cu[0]) != 0:
-        head = [int(cu[i]) for i in range(min(4, cu.shape[0]))]
-        raise ValueError(f"cu_seqlens must start at 0, got {head}")
-    lengths = cu[1:] - cu[:-1]
-    if count and bool(xp.any(lengths < 0)):
-        j = int(xp.argmax(xp.astype(lengths < 0, xp.int8)))
-        raise ValueError(f"cu_seqlens must be non-decreasing, got {int(cu[j])} then {int(cu[j + 1])} at {j}")
-    if int(cu[-1]) != total:
-        raise ValueError(
-            f"cu_seqlens[-1] = {int(cu[-1])} must equal the token count x.shape[{t_axis}] = {total}"
-        )
-    if max_seqlen is not None:
-        if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, (int, np.integer)) or max_seqlen < 0:
-            raise ValueError(f"max_seqlen must be None or an int >= 0, got {max_seqlen!r}")
-        longest = int(xp.max(lengths)) if count else 0
-        if int(max_seqlen) < longest:
-            raise ValueError(
-                f"max_seqlen = {int(max_seqlen)} is less than the longest sequence in cu_seqlens ({longest})"
-            )
+    lengths = check_cu_seqlens(to_numpy(cu, "cu_seqlens"), total, t_axis)
+    count = lengths.size
+    check_max_seqlen(max_seqlen, lengths)
     tokens = xp.arange(total, dtype=xp.int64, device=device)
     seq = xp.searchsorted(cu[1:], tokens, side="right")
     pos = tokens - xp.take(cu, seq, axis=0)
     if start_offsets is not None:
         off = _cache_offset(xp, device, start_offsets, "start_offsets")
-        if off.ndim == 1:
-            if off.shape[0] != count:
-                raise ValueError(
-                    f"start_offsets must be a scalar or have {count} entries, got shape {tuple(off.shape)}"
-                )
-            off = xp.take(off, seq, axis=0)
-        pos = pos + off
+        check_start_offsets(to_numpy(off, "start_offsets"), count)
+        pos = pos + (xp.take(off, seq, axis=0) if off.ndim == 1 else off)
     placed = [1] * (len(shape) - 1)
     placed[t_axis] = total
     return xp.reshape(pos, tuple(placed))
@@ -252,15 +219,7 @@ def resolve_positions(
 
     ``max_seqlen`` is read only with ``cu_seqlens`` (the protocol passes it along for kernels needing it).
     """
-    given = [
-        n
-        for n, v in (("positions", positions), ("offset", offset), ("cu_seqlens", cu_seqlens))
-        if v is not None
-    ]
-    if len(given) != 1:
-        raise ValueError(f"give exactly one of positions, offset, cu_seqlens; got {given or 'none'}")
-    if start_offsets is not None and cu_seqlens is None:
-        raise ValueError("start_offsets goes with cu_seqlens (use offset= for a batch)")
+    position_form(positions, offset, cu_seqlens, start_offsets)
     if offset is not None:
         return offset_positions(xp, device, offset, axes, shape)
     if cu_seqlens is not None:
@@ -297,19 +256,7 @@ def _head_slice(h: int, start: int, stop: int) -> tuple:
 
 def split_qkv(qkv: Any, num_heads_q: Any, num_heads_kv: Any, axes: Any) -> tuple[Any, Any, Any, int]:
     """Views ``(q, k, v)`` of a packed ``(.., Hq + 2 Hk, ..)`` array along the ``h`` axis, and that axis."""
-    axes = parse_axes(axes, qkv.ndim)
-    if "h" not in axes:
-        raise ValueError(f"axes={axes!r} has no head axis 'h' to split")
-    for name, n in (("num_heads_q", num_heads_q), ("num_heads_kv", num_heads_kv)):
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
-    hq, hk = int(num_heads_q), int(num_heads_kv)
-    h = axes.index("h")
-    if qkv.shape[h] != hq + 2 * hk:
-        raise ValueError(
-            f"qkv.shape[{h}] = {qkv.shape[h]} does not split as num_heads_q + 2 * num_heads_kv = "
-            f"{hq} + 2 * {hk}"
-        )
+    h, hq, hk = qkv_heads(tuple(qkv.shape), axes, num_heads_q, num_heads_kv)
     return (
         qkv[_head_slice(h, 0, hq)],
         qkv[_head_slice(h, hq, hq + hk)],
@@ -318,7 +265,7 @@ def split_qkv(qkv: Any, num_heads_q: Any, num_heads_kv: Any, axes: Any) -> tuple
     )
 
 
-class KernelShapes:
+class KernelShapes(KernelShapeCalls):
     """Mixin: the issue-16 operations on top of the backend's ``_ns``, ``_angle_positions``, ``_seq_len``,
     ``_rotation`` and ``_rotate_with`` (see :class:`~rope_ref.backends.array_api.ArrayAPIBackend`)."""
 
@@ -356,72 +303,25 @@ class KernelShapes:
         x[..., : cfg.rotary_dim] = self._rotate_with(xp, x, tables, cfg, whole=False)
         return x
 
-    def apply_axes(
-        self,
-        x: Any,
-        cfg: Any,
-        *,
-        axes: str,
-        positions: Any = None,
-        offset: Any = None,
-        cu_seqlens: Any = None,
-        start_offsets: Any = None,
-        max_seqlen: int | None = None,
-        inverse: bool = False,
-        inplace: bool = False,
-        seq_len: int | None = None,
-    ) -> Any:
-        """Rotate ``x`` whose axes ``axes`` names (any view); see ``Backend.apply_axes``."""
-        self._kernel_flags("apply_axes", inverse, inplace, x=x)
+    def _axes_call(self, x: Any, cfg: Any, call: KernelCall) -> Any:
+        """Rotate ``x`` whose axes ``call.axes`` names (any view); see ``Backend.apply_axes``."""
+        self._kernel_flags("apply_axes", call.inverse, call.inplace, x=x)
         xp, device = self._ns(x)
-        axes = _check_x(xp, x, cfg, axes, "x")
-        pos = resolve_positions(
-            xp,
-            device,
-            axes,
-            tuple(x.shape),
-            positions=positions,
-            offset=offset,
-            cu_seqlens=cu_seqlens,
-            start_offsets=start_offsets,
-            max_seqlen=max_seqlen,
-        )
-        tables = self._kernel_tables(xp, device, pos, cfg, seq_len, inverse, x)
-        return self._write(xp, x, tables, cfg, inplace)
+        axes = _check_x(xp, x, cfg, call.axes, "x")
+        pos = resolve_positions(xp, device, axes, tuple(x.shape), **call.where())
+        tables = self._kernel_tables(xp, device, pos, cfg, call.seq_len, call.inverse, x)
+        return self._write(xp, x, tables, cfg, call.inplace)
 
-    def apply_qk(
-        self,
-        q: Any,
-        k: Any,
-        cfg: Any,
-        *,
-        axes: str,
-        positions: Any = None,
-        offset: Any = None,
-        cu_seqlens: Any = None,
-        start_offsets: Any = None,
-        max_seqlen: int | None = None,
-        inverse: bool = False,
-        inplace: bool = False,
-        seq_len: int | None = None,
-    ) -> tuple[Any, Any]:
+    def _qk_call(self, q: Any, k: Any, cfg: Any, call: KernelCall) -> tuple[Any, Any]:
         """Rotate q ``(.., Hq, ..)`` and k ``(.., Hk, ..)`` (Hk divides Hq) from one table build."""
-        self._kernel_flags("apply_qk", inverse, inplace, q=q, k=k)
-        where = dict(
-            positions=positions,
-            offset=offset,
-            cu_seqlens=cu_seqlens,
-            start_offsets=start_offsets,
-            max_seqlen=max_seqlen,
-        )
-        return self._qk(q, k, cfg, axes, where, inverse, inplace, seq_len)
+        self._kernel_flags("apply_qk", call.inverse, call.inplace, q=q, k=k)
+        return self._qk(q, k, cfg, call)
 
-    def _qk(
-        self, q: Any, k: Any, cfg: Any, axes: Any, where: dict, inverse: bool, inplace: bool, seq_len: Any
-    ) -> tuple[Any, Any]:
-        """:meth:`apply_qk` after the flag checks; ``where`` holds the position keywords."""
+    def _qk(self, q: Any, k: Any, cfg: Any, call: KernelCall) -> tuple[Any, Any]:
+        """:meth:`_qk_call` after the flag checks."""
         import array_api_compat
 
+        axes, inverse, inplace = call.axes, call.inverse, call.inplace
         xp, device = self._ns(q, k)
         if k.ndim != q.ndim:
             raise ValueError(f"k has {k.ndim} axes but q has {q.ndim} (axes={axes!r})")
@@ -433,13 +333,13 @@ class KernelShapes:
                 f"{k.dtype}/{array_api_compat.device(k)}"
             )
         h = _check_pair(q, k, axes)
-        pos = resolve_positions(xp, device, axes, tuple(q.shape), **where)
+        pos = resolve_positions(xp, device, axes, tuple(q.shape), **call.where())
         if pos.shape[h] != 1:
             raise ValueError(
                 f"positions of shape {tuple(pos.shape)} vary over the heads axis {h} (axes={axes!r}); "
                 "q and k heads share one position per token"
             )
-        tables = self._kernel_tables(xp, device, pos, cfg, seq_len, inverse, q)  # one build for q and k
+        tables = self._kernel_tables(xp, device, pos, cfg, call.seq_len, inverse, q)  # one build for q, k
         if not inplace:
             return self._rotate_with(xp, q, tables, cfg), self._rotate_with(xp, k, tables, cfg)
         q_rot = self._rotate_with(xp, q, tables, cfg, whole=False)
@@ -449,36 +349,13 @@ class KernelShapes:
         k[..., :rd] = k_rot
         return q, k
 
-    def apply_qkv(
-        self,
-        qkv: Any,
-        cfg: Any,
-        *,
-        axes: str,
-        num_heads_q: int,
-        num_heads_kv: int,
-        positions: Any = None,
-        offset: Any = None,
-        cu_seqlens: Any = None,
-        start_offsets: Any = None,
-        max_seqlen: int | None = None,
-        inverse: bool = False,
-        inplace: bool = False,
-        seq_len: int | None = None,
-    ) -> Any:
+    def _qkv_call(self, qkv: Any, cfg: Any, num_heads_q: Any, num_heads_kv: Any, call: KernelCall) -> Any:
         """Rotate the q and k heads of packed ``qkv`` (Hq + 2 Hk heads: q, k, v); V comes back as given."""
-        self._kernel_flags("apply_qkv", inverse, inplace, qkv=qkv)
-        q, k, v, h = split_qkv(qkv, num_heads_q, num_heads_kv, axes)
-        where = dict(
-            positions=positions,
-            offset=offset,
-            cu_seqlens=cu_seqlens,
-            start_offsets=start_offsets,
-            max_seqlen=max_seqlen,
-        )
-        if inplace:
-            self._qk(q, k, cfg, axes, where, inverse, True, seq_len)  # through the views; V never written
+        self._kernel_flags("apply_qkv", call.inverse, call.inplace, qkv=qkv)
+        q, k, v, h = split_qkv(qkv, num_heads_q, num_heads_kv, call.axes)
+        if call.inplace:
+            self._qk(q, k, cfg, call)  # through the views; V never written
             return qkv
-        q_rot, k_rot = self._qk(q, k, cfg, axes, where, inverse, False, seq_len)
+        q_rot, k_rot = self._qk(q, k, cfg, call)
         xp, _ = self._ns(qkv)
         return xp.concat([q_rot, k_rot, v], axis=h)

@@ -1,7 +1,7 @@
-"""ChatGLM-6B 2D positions/rotation and RoFormer's decay bound, natively in torch.
+"""ChatGLM-6B's 2D positions and rotation, natively in torch.
 
-Semantics are those of :mod:`rope_ref.chatglm` and :func:`rope_ref.decay.relative_upper_bound`; the
-sources are cited there (THUDM/chatglm-6b ``modeling_chatglm.py``; RoFormer §3.4.3, eqs. 35-37).
+Semantics are those of :mod:`rope_ref.chatglm`; the source is cited there (THUDM/chatglm-6b
+``modeling_chatglm.py``).
 """
 
 from __future__ import annotations
@@ -13,20 +13,13 @@ import torch
 
 from rope_ref.chatglm import _check_base, _check_flag, _check_precision, _check_token_ids
 from rope_ref.config import RopeConfig
-from rope_ref.frequencies import resolve_seq_len
 
-from ._torch_core import (
-    angle_tables,
-    as_positions,
-    check_angle_dtype,
-    check_broadcast,
-    check_x,
-    expand_tables,
-    freq_table,
-)
+from ._torch_checks import as_positions, check_angle_dtype, check_broadcast, check_x
+from ._torch_kernels import apply
+from ._torch_tables import expand_tables
 from ._torch_triton import check_kernel
 
-__all__ = ["chatglm_position_ids", "chatglm_apply_2d", "decay_upper_bound"]
+__all__ = ["chatglm_position_ids", "chatglm_apply_2d"]
 
 
 def _first_index(hit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,8 +133,6 @@ def chatglm_apply_2d(
     check_broadcast(blk, lead, "block_position_ids")
     parts = []
     if precision == "float64":
-        from ._torch_module import apply
-
         cfg = RopeConfig(half, layout="half", base=base)
         for sl, ids in ((slice(0, half), pos), (slice(half, None), blk)):
             parts.append(
@@ -170,20 +161,3 @@ def chatglm_apply_2d(
         rotated = torch.cat((-part[..., q:], part[..., :q]), dim=-1)
         parts.append(part * cos + rotated * sin)
     return torch.cat(parts, dim=-1)
-
-
-def decay_upper_bound(
-    distances: Any, cfg: RopeConfig, *, seq_len: int | None = None, dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
-    """RoFormer's relative upper bound (1/(d/2)) sum_{j=1}^{d/2} |S_j(r)|, S_j = sum_{i<j} e^{i r theta_i}.
-
-    RoFormer §3.4.3 (text after eq. 37, Figure 2); ``d`` is the rotary width. Computed in ``dtype``
-    with cumulative sums over the pairs. Length-dependent scalings see ``max|r| + 1`` unless ``seq_len``.
-    """
-    device = distances.device if isinstance(distances, torch.Tensor) else torch.device("cpu")
-    r = as_positions(distances, device, "distances")
-    if seq_len is None and r.numel():
-        seq_len = resolve_seq_len(np.asarray([float(r.abs().max())]), cfg, None)
-    inv, _ = freq_table(cfg, seq_len, dtype, r.device)
-    cos, sin = angle_tables(r, inv, 1.0)
-    return torch.hypot(torch.cumsum(cos, dim=-1), torch.cumsum(sin, dim=-1)).mean(dim=-1)

@@ -1,0 +1,285 @@
+"""assert_rope_close names the common bugs it can estimate from the output (issue 29 point 2).
+
+Every planted bug is written by hand, HF style (``inv_freq = 1 / base ** (arange(0, d, 2) / d)``,
+``cat(freqs, freqs)``, ``rotate_half``), in float32 as a port would; the expected labels are explicit
+numbers (the base the port used, the shift it made, the table length it had). A correct port is never
+failed and a bug of another kind is never given one of these names. Every check runs with warnings as
+errors: the checking code must not warn, even at positions above float16's 65504.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import rope_ref
+from rope_ref import diagnoses
+from rope_ref.testing import assert_rope_close, assert_rope_vjp_close
+
+D = 128
+HALF = rope_ref.RopeConfig(D, layout="half")
+
+
+def _bf16(a):
+    bits = np.asarray(a, dtype=np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).view(np.float32)
+
+
+def port(x, pos, *, base=10000.0, inv_dtype=None, shift=0, rows=None, fill="clamp", rotary=D, pairs="half"):
+    """A float32 HF-style RoPE of ``x (..., S, D)`` at ``pos (..., S)`` with one planted bug."""
+    inv = (1.0 / base ** (np.arange(0, rotary, 2, dtype=np.float64) / rotary)).astype(np.float32)
+    if inv_dtype == "float16":
+        inv = inv.astype(np.float16).astype(np.float32)
+    elif inv_dtype == "bfloat16":
+        inv = _bf16(inv)
+    p = np.asarray(pos, dtype=np.float64) + shift
+    keep = np.ones(p.shape, dtype=bool)
+    if rows is not None:  # a table of `rows` positions, read past its end
+        keep = p < rows
+        p = {"clamp": np.minimum(p, rows - 1), "wrap": np.mod(p, rows), "zero": np.where(keep, p, 0)}[fill]
+    freqs = p.astype(np.float32)[..., None] * inv
+    cos, sin = np.cos(freqs), np.sin(freqs)
+    if fill == "zero":
+        cos, sin = cos * keep[..., None], sin * keep[..., None]
+    x = np.asarray(x, dtype=np.float32)
+    out = x.copy()
+    n = rotary // 2
+    if pairs == "half":
+        a, b = np.arange(n), np.arange(n) + n
+    else:
+        a, b = np.arange(0, rotary, 2), np.arange(1, rotary, 2)
+    out[..., a] = x[..., a] * cos - x[..., b] * sin
+    out[..., b] = x[..., b] * cos + x[..., a] * sin
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _warnings_are_errors():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+@pytest.fixture(scope="module")
+def x():
+    return np.random.default_rng(29).standard_normal((2, 3, 96, D)).astype(np.float32)
+
+
+def _ids(start=0, n=96):
+    return np.stack([np.arange(start, start + n), np.arange(start + 7, start + 7 + n)])  # (B, S)
+
+
+def _message(actual, x, ids, cfg=HALF, **kw) -> str:
+    with pytest.raises(AssertionError) as info:
+        assert_rope_close(actual, x, ids, cfg, axes="bhsd", **kw)
+    return str(info.value)
+
+
+def _named(msg: str) -> str:
+    line = next((ln for ln in msg.splitlines() if ln.strip().startswith("most resembles:")), "")
+    return line.strip()
+
+
+# -- a wrong base ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "used,config_base,layout",
+    [
+        (500000.0, 10000.0, "half"),
+        (1e6, 10000.0, "half"),
+        (10000.0, 500000.0, "half"),
+        (5e6, 1e6, "interleaved"),
+    ],
+)
+def test_wrong_base_is_estimated_and_named(x, used, config_base, layout):
+    cfg = rope_ref.RopeConfig(D, layout=layout, base=config_base)
+    y = port(x, _ids()[:, None, :], base=used, pairs=layout)
+    assert_rope_close(
+        port(x, _ids()[:, None, :], base=config_base, pairs=layout), x, _ids(), cfg, axes="bhsd"
+    )
+    msg = _message(y, x, _ids(), cfg)
+    assert _named(msg).startswith(f"most resembles: base looks like {used:g} (config has {config_base:g})"), (
+        msg
+    )
+
+
+def test_wrong_base_named_in_bfloat16_output(x):
+    ids = _ids()
+    y = _bf16(port(x, ids[:, None, :], base=500000.0))
+    msg = _message(y, _bf16(x), ids, precision="bfloat16")
+    assert "base looks like 500000 (config has 10000)" in _named(msg), msg
+
+
+# -- inv_freq in half precision ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_inv_freq_in_half_precision_is_named(x, dtype):
+    ids = _ids(start=2000)
+    msg = _message(port(x, ids[:, None, :], inv_dtype=dtype), x, ids)
+    assert _named(msg).startswith(f"most resembles: inv_freq computed in {dtype}"), msg
+
+
+# -- positions shifted --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, -1, 3, -5, 40])
+def test_positions_shift_is_estimated(x, k):
+    ids = _ids(start=10)
+    msg = _message(port(x, ids[:, None, :], shift=k), x, ids)
+    assert _named(msg).startswith(
+        f"most resembles: positions shifted by {k:+d} (the angle of position p{k:+d}"
+    ), msg
+
+
+def test_off_by_one_shows_a_rotated_element_first_and_counts_the_exact_ones(x):
+    """The classic off-by-one (positions from 1): position 0 must be x itself, but it is not the line's
+    lead: the worst rotated element is, and the exact elements that differ are counted and named."""
+    ids = _ids()
+    msg = _message(port(x, ids[:, None, :], shift=1), x, ids)
+    worst = msg.splitlines()[1]
+    assert "err/tol inf" not in worst and "tol 0," not in worst, worst
+    # Position 0 holds 1 token per batch row where ids start at 0: 3 heads x 128 channels of batch 0.
+    assert "; 384 of them exact elements that must equal the input bit for bit, e.g. y[0, " in worst, worst
+    assert "(position 0 (rotation by angle 0))" in worst
+    assert "most resembles: positions shifted by +1" in msg
+
+
+def test_only_exact_elements_wrong_reads_as_such(x):
+    cfg = rope_ref.RopeConfig(D, layout="half", rotary_dim=32)
+    ids = _ids()
+    y = port(x, ids[:, None, :], rotary=32)
+    assert_rope_close(y, x, ids, cfg, axes="bhsd")
+    y[1, 2, 5, 40] += 0.25  # a pass-through channel
+    worst = _message(y, x, ids, cfg).splitlines()[1].strip()
+    assert worst.startswith("y[1, 2, 5, 40]: expected ")
+    assert "pass-through channel 40 >= rotary_dim 32" in worst and "inf" not in worst, worst
+    assert "1 of 73728 elements out of tolerance, all of them exact elements" in worst
+
+
+# -- a table too short / a stale cache ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fill,how", [("clamp", "clamped to row 299"), ("wrap", "wrapped to row p mod 300")])
+@pytest.mark.parametrize("start", [0, 260])
+def test_short_table_read_past_its_end_is_named_with_its_length(x, fill, how, start):
+    ids = np.stack([np.arange(start, start + 96), np.arange(250, 250 + 96)])  # 300 falls inside
+    msg = _message(port(x, ids[:, None, :], rows=300, fill=fill), x, ids)
+    want = f"most resembles: a cos/sin table of 300 rows read past its end (positions >= 300 {how})"
+    assert _named(msg).startswith(want), msg
+
+
+def test_short_table_with_a_gap_in_the_positions(x):
+    """Rows 0..95 and 400..495 with a table of 200: the length is read from the phase, not the gap."""
+    ids = np.stack([np.arange(96), np.arange(400, 496)])
+    msg = _message(port(x, ids[:, None, :], rows=200, fill="clamp"), x, ids)
+    assert "a cos/sin table of 200 rows read past its end (positions >= 200 clamped to row 199)" in msg, msg
+
+
+def test_short_table_with_other_garbage_is_named_by_its_pattern(x):
+    ids = np.stack([np.arange(96), np.arange(400, 496)])
+    msg = _message(port(x, ids[:, None, :], rows=200, fill="zero"), x, ids)
+    assert _named(msg) == (
+        "most resembles: a cos/sin table built for a shorter length, or a stale cache: every position up "
+        "to 95 is right and every position from 400 on wrong"
+    ), msg
+    ids = _ids()
+    msg = _message(port(x, ids[:, None, :], rows=50, fill="zero"), x, ids)
+    assert "every position below 50 is right and every position from 50 on wrong" in msg, msg
+
+
+def test_stale_dynamic_ntk_cache_is_named(x):
+    """Dynamic NTK at seq_len 103 > 64 rescales the base; a cache built for a short prompt does not."""
+    cfg = rope_ref.RopeConfig(D, layout="half", scaling=rope_ref.DynamicNTK(2.0, 64))
+    ids = _ids()
+    msg = _message(port(x, ids[:, None, :]), x, ids, cfg)
+    assert _named(msg).startswith("most resembles: a stale cache: frequencies of a short sequence"), msg
+    assert "seq_len=103" in _named(msg)
+
+
+# -- the VJP, large positions, and no false names ------------------------------------------------------------
+
+
+def test_vjp_shift_is_named(x):
+    ids = _ids(start=5)
+    g = x[:, :, ::-1].copy()
+    grad = port(g, -ids[:, None, :], shift=-2)  # rotated by -(p + 2)
+    with pytest.raises(AssertionError) as info:
+        assert_rope_vjp_close(grad, x, ids, HALF, g, axes="bhsd")
+    assert "most resembles: positions shifted by +2" in str(info.value), info.value
+
+
+def test_positions_above_float16_range_raise_no_warning(x):
+    ids = _ids(start=70000)  # above 65504: float16 positions would be inf
+    assert_rope_close(port(x, ids[:, None, :]), x, ids, HALF, axes="bhsd")
+    msg = _message(port(x, ids[:, None, :], shift=1), x, ids)
+    assert "positions shifted by +1" in msg and "float16" not in _named(msg), msg
+    bf = port(x, _bf16(ids.astype(np.float32))[:, None, :])
+    assert "positions quantised to bfloat16" in _message(bf, x, ids)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("start", [0, 5000, 99000])
+def test_correct_ports_pass(x, dtype, start):
+    ids = _ids(start=start)
+    y = port(x, ids[:, None, :])
+    if dtype == "bfloat16":
+        xb = _bf16(x)
+        assert_rope_close(_bf16(port(xb, ids[:, None, :])), xb, ids, HALF, axes="bhsd", precision="bfloat16")
+    else:
+        assert_rope_close(y.astype(dtype), x.astype(dtype), ids, HALF, axes="bhsd")
+
+
+@pytest.mark.parametrize(
+    "bug,kw,cfg,named",
+    [
+        ("layout", {"pairs": "interleaved"}, HALF, "layout swapped"),
+        ("partial", {}, rope_ref.RopeConfig(D, layout="half", rotary_dim=64), "partial rotary ignored"),
+    ],
+)
+def test_other_bugs_keep_their_names(x, bug, kw, cfg, named):
+    ids = _ids(start=3)
+    msg = _message(port(x, ids[:, None, :], **kw), x, ids, cfg)
+    assert _named(msg).startswith(f"most resembles: {named}"), msg
+
+
+def test_unexplained_noise_gets_no_name(x):
+    ids = _ids()
+    y = port(x, ids[:, None, :])
+    y[:, :, 50:] += np.float32(1e-2) * np.random.default_rng(1).standard_normal(
+        y[:, :, 50:].shape, dtype=np.float32
+    )
+    assert _named(_message(y, x, ids)) == ""
+
+
+def test_round_figures():
+    assert diagnoses._round_figures(498321.7) == [500000.0, 498000.0, 498322.0]
+    assert diagnoses._round_figures(500000.0) == [500000.0]
+    assert diagnoses._round_figures(1.04) == [1.04]  # rounded values <= 1 are no base
+
+
+def test_a_wrong_magnitude_alone_is_not_given_a_rotation_name():
+    """Far positions (angle tolerance beyond the amplitude) and a zero output: only the pair norm fails,
+    and every mutated rotation would pass element by element, so none is named."""
+    cfg = rope_ref.RopeConfig(64, layout="half")
+    pos = np.arange(70000, 70100) * 1e6
+    x = np.full((100, 64), 1e30, dtype=np.float32)
+    with pytest.raises(AssertionError) as info:
+        assert_rope_close(np.zeros_like(x), x, pos, cfg)
+    assert "pair norm" in str(info.value) and "most resembles" not in str(info.value)
+
+
+def test_no_warning_from_tables_or_gradients_at_far_positions():
+    cfg = rope_ref.RopeConfig(64, layout="half")
+    pos = np.arange(70000, 70100)
+    cos, sin = rope_ref.cos_sin(pos, cfg)
+    with pytest.raises(AssertionError, match="sin"):
+        rope_ref.testing.assert_cos_sin_close(
+            cos.astype(np.float32), (sin * 1.01).astype(np.float32), pos, cfg
+        )
+    ones = np.ones((100, 64), np.float16)
+    with pytest.raises(AssertionError, match="grad_x"):
+        assert_rope_vjp_close(ones, ones, pos, cfg, ones)
