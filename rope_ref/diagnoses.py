@@ -263,9 +263,6 @@ def _common_bug_candidates(v, got, pos, cfg: RopeConfig, seq_len, build, sign: f
     for b in dict.fromkeys(bases):
         if abs(b / cfg.base - 1.0) > 1e-9:
             out.append((f"base looks like {b:g} (config has {cfg.base:g})", build(_replacer(cfg, b), pos)))
-    if cfg.scaling is not None:
-        label = f"scaling ignored (the config's {type(cfg.scaling).__name__} not applied)"
-        out.append((label, build(lambda: cfg.replace(scaling=None), pos, mut_seq_len=None)))
     for dtype in ("float16", "bfloat16"):
         rounded = tolerance.round_to(omega, dtype)
         if not np.array_equal(rounded, omega):
@@ -288,6 +285,9 @@ def _common_bug_candidates(v, got, pos, cfg: RopeConfig, seq_len, build, sign: f
                 build(cfg, pos, mut_seq_len=1),
             )
         )
+    if cfg.scaling is not None:
+        label = f"scaling ignored (the config's {type(cfg.scaling).__name__} not applied)"
+        out.append((label, build(lambda: cfg.replace(scaling=None), pos, mut_seq_len=None)))
     return out
 
 

@@ -4,9 +4,9 @@ Every ``import`` and ``from ... import`` of every source file is read with :mod:
 functions included (a lazy import is still a dependency), and resolved to a module of the project. Rooms,
 bottom to top: ``rope_ref`` (the oracle), ``conformance``, ``backends``, ``peers``, ``benchmarks``. A room may
 import its own modules and any room below it, except that ``backends`` sees of ``conformance`` only the
-protocol it implements. ``rope_ref/cli/__init__.py`` and ``conformance/registry.py`` load subcommands,
-backends and peers by module name (``importlib``): that is not an import, and it is the one way up the floors (the
-command line and the backend registry are the house's front doors).
+protocol it implements. ``rope_ref/cli/__init__.py`` and ``conformance/registry.py`` load
+subcommands, backends and peers by module name (``importlib``): that is not an import, and it is the one
+way up the floors (the command line and the backend registry are the house's front doors).
 """
 
 from __future__ import annotations
