@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/bench_decay.py [--distances N] [--repeat R]``. For d = 128, base 10000, half
 layout, one random (q, k) pair and distances ``0 .. N-1`` (default 10^6), it times side by side,
-round-robin (one call of each per round, ``--repeat`` rounds, minimum and median printed):
+round-robin (one call of each per round, ``--repeat`` rounds; wall-clock minimum and median, and the
+minimum of the process's CPU time, as in ``bench_reference.py``):
 
 - ``decay.abel_bound(q, k, r, cfg)`` against ``naive_abel``: per chunk of distances, ``np.cos`` and
   ``np.sin`` of the rounded angles ``r * theta``, the exact side ``|sum_i h_i e^{i r theta_i}|`` as two
@@ -21,9 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 
 import numpy as np
+from bench_reference import round_robin  # this script's folder is on sys.path when it runs
 
 import rope_ref
 from rope_ref import decay
@@ -64,19 +65,6 @@ def naive_score(q, k, r, theta) -> np.ndarray:
     return out
 
 
-def round_robin(candidates: dict, repeat: int) -> dict[str, tuple[float, float]]:
-    """``{name: (min, median)}`` seconds, one call of each candidate per round (no warm-up: the calls
-    are long, and neither side caches anything between calls)."""
-    times: dict[str, list[float]] = {name: [] for name in candidates}
-    names = list(candidates)
-    for i in range(repeat):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            t0 = time.perf_counter()
-            candidates[name]()
-            times[name].append(time.perf_counter() - t0)
-    return {name: (min(t), float(np.median(t))) for name, t in times.items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--distances", type=int, default=1_000_000)
@@ -105,12 +93,14 @@ def main() -> None:
             "naive score": lambda: naive_score(q, k, r, theta),
         },
         args.repeat,
+        warm_up=False,  # the calls are long, and neither side keeps anything between calls
     )
-    print(f"  {'candidate':<12} {'min s':>8} {'median s':>9}")
-    for name, (best, median) in got.items():
-        print(f"  {name:<12} {best:8.3f} {median:9.3f}")
-    print(f"  abel_bound / naive: {got['abel_bound'][0] / got['naive abel'][0]:.2f}x (goal <= 1.5x)")
-    print(f"  score_curve / naive: {got['score_curve'][0] / got['naive score'][0]:.2f}x (goal <= 3x)")
+    print(f"  {'candidate':<12} {'min s':>8} {'median s':>9} {'cpu s':>8}")
+    for name, t in got.items():
+        print(f"  {name:<12} {t.best:8.3f} {t.median:9.3f} {t.cpu:8.3f}")
+    for name, naive, goal in (("abel_bound", "naive abel", 1.5), ("score_curve", "naive score", 3.0)):
+        a, b = got[name], got[naive]
+        print(f"  {name} / naive: {a.best / b.best:.2f}x wall, {a.cpu / b.cpu:.2f}x cpu (goal <= {goal}x)")
     print("done; load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 

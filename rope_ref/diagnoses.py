@@ -23,7 +23,18 @@ from .frequencies import attention_factor as _attention_factor
 from .frequencies import inv_freq
 from .rotation import pair_indices
 
-__all__ = ["EXPLAIN_SLACK", "explain", "exact_line", "common_bug_candidates", "cut_at", "cut_text"]
+__all__ = [
+    "EXPLAIN_SLACK",
+    "explain",
+    "exact_line",
+    "common_bug_candidates",
+    "table_bug_candidates",
+    "bases_from_freqs",
+    "nice_bases",
+    "base_label",
+    "cut_at",
+    "cut_text",
+]
 
 # A mutated computation "explains" the output when the output passes against it with this much slack.
 EXPLAIN_SLACK = 4.0
@@ -99,16 +110,20 @@ def _phasors(v: np.ndarray, got: np.ndarray, pos: np.ndarray, cfg: RopeConfig, s
     tokens at ``P[j]``: ``|v_pair|^2 e^{i angle}`` summed, so ``arg W`` is pair i's observed angle."""
     a, b = pair_indices(cfg)
     z = (v[..., a] - 1j * v[..., b]) * (got[..., a] + 1j * got[..., b])
-    p = sign * np.broadcast_to(pos, v.shape[:-1]).reshape(-1)
-    uniq, inverse = np.unique(p, return_inverse=True)
-    w = np.zeros((uniq.size, a.size), dtype=complex)
-    np.add.at(w, inverse, z.reshape(-1, a.size))
+    return _by_position(sign * np.broadcast_to(pos, v.shape[:-1]), z)
+
+
+def _by_position(p: np.ndarray, z: np.ndarray):
+    """Unique positions ``P`` (sorted) and the sums of ``z[..., i]`` over the tokens at each."""
+    uniq, inverse = np.unique(p.reshape(-1), return_inverse=True)
+    w = np.zeros((uniq.size, z.shape[-1]), dtype=complex)
+    np.add.at(w, inverse, z.reshape(-1, z.shape[-1]))
     return uniq, w
 
 
-def _observed_freqs(P: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, float] | None:
-    """Each pair's angular frequency (radians per position) fitted to the observed angles, and the span
-    used: first from the smallest position gap, then refined over spans doubling up to the widest."""
+def _observed_freqs(P: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, float, float] | None:
+    """Each pair's angular frequency (radians per position) fitted to the observed angles, the span used
+    and the smallest gap: first from that gap, then refined over spans doubling up to the widest."""
     if P.size < 2:
         return None
     gaps = np.diff(P)
@@ -123,23 +138,37 @@ def _observed_freqs(P: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, float] | 
         span = spans[j]
         phi = np.angle(W[j] * np.conj(W[0]))
         est = (phi + 2 * np.pi * np.round((est * span - phi) / (2 * np.pi))) / span
-    return est, float(span)
+    return est, float(span), float(g)
 
 
 def _estimate_bases(P: np.ndarray, W: np.ndarray, cfg: RopeConfig, omega: np.ndarray, seq_len) -> list[float]:
-    """Bases whose frequencies fit the observed ones. First ``omega_i ~ base^(-2i/rotary_dim)``:
-    ``log(obs_i / omega_i) = -(2i/rotary_dim) log(base'/base)`` (weighted least squares; exact for a
-    scaling that multiplies the base or the frequencies). Under a scaling that treats pairs apart (YaRN,
-    llama3, ...), then the base whose scaled frequencies fit best (golden-section search, factor 8 around)."""
+    """Bases whose frequencies fit the angles observed in the phasors (see :func:`bases_from_freqs`)."""
     fit = _observed_freqs(P, W)
-    if fit is None or omega.size < 2:
+    if fit is None:
         return []
-    obs, span = fit
+    obs, span, gap = fit
+    # A pair turning by a radian or more between the closest positions may alias: no evidence.
+    weight = np.where(omega * gap < 1.0, np.minimum((omega * span) ** 2, 1.0), 0.0)
+    return bases_from_freqs(obs, cfg, seq_len, weight)
+
+
+def bases_from_freqs(
+    obs: np.ndarray, cfg: RopeConfig, seq_len, weight: np.ndarray | None = None
+) -> list[float]:
+    """Bases whose frequencies fit ``obs`` (one per pair; ``weight`` each pair's, default 1), nice or not
+    (the caller rounds). First ``omega_i ~ base^(-2i/rotary_dim)``: ``log(obs_i / omega_i) =
+    -(2i/rotary_dim) log(base'/base)`` (weighted least squares; exact for a scaling that multiplies the
+    base or the frequencies). Under a scaling that treats pairs apart (YaRN, llama3, ...), then the base
+    whose scaled frequencies fit best (golden-section search within a factor 8)."""
+    omega = inv_freq(cfg, seq_len)
+    if omega.size < 2 or np.shape(obs) != omega.shape:
+        return []
+    weight = np.ones(omega.shape) if weight is None else weight
     e = 2.0 * np.arange(omega.size) / cfg.rotary_dim
-    ok = (e > 0) & (obs > 0) & np.isfinite(obs)
+    ok = (e > 0) & (obs > 0) & np.isfinite(obs) & (weight > 0)
     if not ok.any():
         return []
-    w = np.minimum((omega[ok] * span) ** 2, 1.0)
+    w = weight[ok]
     log_obs = np.log(obs[ok])
     log_ratio = -np.sum(w * e[ok] * (log_obs - np.log(omega[ok]))) / np.sum(w * e[ok] ** 2)
     first = np.log(cfg.base) + log_ratio
@@ -160,6 +189,16 @@ def _estimate_bases(P: np.ndarray, W: np.ndarray, cfg: RopeConfig, omega: np.nda
             lo, hi = (lo, b) if misfit(a) < misfit(b) else (a, hi)
         found.append((lo + hi) / 2)
     return [float(np.exp(v)) for v in found if np.isfinite(v) and np.exp(v) > 1.0]
+
+
+def nice_bases(found: list[float], cfg: RopeConfig) -> list[float]:
+    """The estimates rounded to 1, 2, 3 significant figures and as they are, the config's own left out."""
+    bases = dict.fromkeys(b for f in found for b in _round_figures(f))
+    return [b for b in bases if abs(b / cfg.base - 1.0) > 1e-9]
+
+
+def base_label(base: float, cfg: RopeConfig) -> str:
+    return f"base looks like {base:g} (config has {cfg.base:g})"
 
 
 def _round_figures(value: float) -> list[float]:
@@ -243,48 +282,90 @@ def _rotate_with(
 
 
 def common_bug_candidates(v, got, pos, cfg: RopeConfig, seq_len, build, sign: float, cut) -> list:
-    """A wrong base, inv_freq rounded to float16/bfloat16, positions shifted by k, a table read past its
-    end (``cut`` from :func:`cut_at`), a length-dependent scaling not recomputed: mutated oracle runs of
-    ``build`` (``build(cfg, pos, scale_rot=1, mut_seq_len=...)`` -> a lazy ``(case, name)``)."""
+    """Mutated runs of a rotation (``v`` rotated by ``sign * pos``; ``got`` the output): a wrong base,
+    inv_freq rounded to float16/bfloat16, positions shifted by k, a table read past its end (``cut``
+    from :func:`cut_at`), a length-dependent scaling not recomputed, the scaling ignored.
+    ``build(cfg or a callable giving it, pos, scale_rot=1, mut_seq_len=..., values=None)`` -> a lazy
+    ``(case, name)``; ``values``, a callable giving the mutated output (frequencies of its own)."""
+
+    def run() -> list:
+        omega = inv_freq(cfg, seq_len)
+        factor = _attention_factor(cfg, seq_len)
+        P, W = _phasors(v, got, pos, cfg, sign)
+        out = _estimated(
+            P,
+            W,
+            pos,
+            cfg,
+            seq_len,
+            build,
+            sign,
+            lambda om: build(cfg, pos, values=lambda: _rotate_with(v, pos, cfg, om, factor, sign)),
+        )
+        if cut is not None:
+            out += _table_candidates(P, W, omega, cfg, pos, cut[1], sign, build)
+        return out + _scaling_candidates(cfg, pos, seq_len, build)
+
+    return _guarded(run)
+
+
+def table_bug_candidates(cos_t, sin_t, pos, cfg: RopeConfig, seq_len, build) -> list:
+    """The same mutations for a half-width cos/sin table (``positions.shape + (n_pairs,)``); ``build``
+    judges the sin; ``build(..., values=f)`` takes ``f()`` as the mutated sin."""
+
+    def run() -> list:
+        P, W = _by_position(np.broadcast_to(pos, cos_t.shape[:-1]), cos_t + 1j * sin_t)
+        factor = _attention_factor(cfg, seq_len)
+        positions = np.asarray(pos, dtype=np.float64)[..., None]
+        out = _estimated(
+            P,
+            W,
+            pos,
+            cfg,
+            seq_len,
+            build,
+            1.0,
+            lambda om: build(cfg, pos, values=lambda: factor * np.sin(positions * om)),
+        )
+        return out + _scaling_candidates(cfg, pos, seq_len, build)
+
+    return _guarded(run)
+
+
+def _guarded(run: Callable[[], list]) -> list:
     try:
         with np.errstate(all="ignore"):
-            return _common_bug_candidates(v, got, pos, cfg, seq_len, build, sign, cut)
+            return run()
     except _CANNOT_ESTIMATE:
         return []
 
 
-def _common_bug_candidates(v, got, pos, cfg: RopeConfig, seq_len, build, sign: float, cut) -> list:
+def _estimated(P, W, pos, cfg: RopeConfig, seq_len, build, sign: float, custom) -> list:
+    """Base and shift estimated from the phasors ``W`` at positions ``P``; frequencies in half precision
+    (``custom(omega)``: a lazy run with those frequencies)."""
     out: list = []
     omega = inv_freq(cfg, seq_len)
-    factor = _attention_factor(cfg, seq_len)
-    P, W = _phasors(v, got, pos, cfg, sign)
-    shift = _estimate_shift(P, W, omega)
-    bases = [b for found in _estimate_bases(P, W, cfg, omega, seq_len) for b in _round_figures(found)]
-    for b in dict.fromkeys(bases):
-        if abs(b / cfg.base - 1.0) > 1e-9:
-            out.append((f"base looks like {b:g} (config has {cfg.base:g})", build(_replacer(cfg, b), pos)))
+    for b in nice_bases(_estimate_bases(P, W, cfg, omega, seq_len), cfg):
+        out.append((base_label(b, cfg), build(_replacer(cfg, b), pos)))
     for dtype in ("float16", "bfloat16"):
         rounded = tolerance.round_to(omega, dtype)
         if not np.array_equal(rounded, omega):
             label = f"inv_freq computed in {dtype} (the frequencies rounded to {dtype} before the angle)"
-            out.append((label, _custom(build, v, pos, cfg, rounded, factor, sign)))
+            out.append((label, custom(rounded)))
+    shift = _estimate_shift(P, W, omega)
     if shift is not None and abs(shift - round(shift)) < 0.25 and round(shift) != 0:
         k = int(round(sign * shift))
-        out.append(
-            (
-                f"positions shifted by {k:+d} (the angle of position p{k:+d} used at position p)",
-                build(cfg, pos + k),
-            )
-        )
-    if cut is not None:
-        out += _table_candidates(P, W, omega, cfg, pos, cut[1], sign, build)
-    if seq_len is not None and not np.array_equal(inv_freq(cfg, 1), omega):  # length-dependent scaling
-        out.append(
-            (
-                f"a stale cache: frequencies of a short sequence (not rescaled for seq_len={seq_len})",
-                build(cfg, pos, mut_seq_len=1),
-            )
-        )
+        label = f"positions shifted by {k:+d} (the angle of position p{k:+d} used at position p)"
+        out.append((label, build(cfg, pos + k)))
+    return out
+
+
+def _scaling_candidates(cfg: RopeConfig, pos, seq_len, build) -> list:
+    """A length-dependent scaling not recomputed for ``seq_len`` (a stale cache); the scaling ignored."""
+    out: list = []
+    if seq_len is not None and not np.array_equal(inv_freq(cfg, 1), inv_freq(cfg, seq_len)):
+        label = f"a stale cache: frequencies of a short sequence (not rescaled for seq_len={seq_len})"
+        out.append((label, build(cfg, pos, mut_seq_len=1)))
     if cfg.scaling is not None:
         label = f"scaling ignored (the config's {type(cfg.scaling).__name__} not applied)"
         out.append((label, build(lambda: cfg.replace(scaling=None), pos, mut_seq_len=None)))
@@ -315,18 +396,6 @@ def _table_candidates(P, W, omega, cfg, pos, first_bad: float, sign: float, buil
 
 def _replacer(cfg: RopeConfig, base: float):
     return lambda: cfg.replace(base=base)
-
-
-def _custom(build, v, pos, cfg, omega, factor, sign):
-    """A candidate with its own frequencies: ``build``'s case with the expected output replaced."""
-    inner = build(cfg, pos)
-
-    def make():
-        case, name = inner()
-        case.expected[name] = _rotate_with(v, pos, cfg, omega, factor, sign)
-        return case, name
-
-    return make
 
 
 def cut_text(cut: tuple[float, float] | None) -> str | None:

@@ -8,8 +8,12 @@ judge every element with the conformance suite's position- and dtype-aware toler
 ``rope-ref conformance run`` gives. On failure the message names the worst element, expected, got,
 tolerance, err/tol, how many elements are out, and, where it can be told, the bug the output most
 resembles (layout swapped, rotation direction reversed, positions quantised to bfloat16/float16,
-partial rotary ignored, attention factor missing): the output is judged again against the oracle's
-answer for each mutated computation, and one that passes names the bug.
+partial rotary ignored, attention factor missing, a wrong base with the base it looks like, inv_freq
+computed in float16/bfloat16, positions shifted by k, a cos/sin table too short read past its end, a
+stale cache of a length-dependent scaling, the scaling ignored): the output is judged again against
+the oracle's answer for each mutated computation, and one that passes names the bug
+(:mod:`rope_ref.diagnoses`). A worst element that must be exact (a pass-through channel, position 0)
+is shown after the worst rotated one, with a count. The checks never warn (``-W error`` safe).
 
 Inputs may be NumPy arrays, Python sequences or other libraries' arrays (torch tensors on any device
 and of any float dtype, CuPy, JAX, ...); they are moved to host memory by :mod:`rope_ref._interop`,
@@ -32,7 +36,17 @@ from ._arrays import as_float64, as_positions, to_numpy
 from .axes import ambiguous_hf_ids, positions_for_axes, shape_mismatch_message
 from .case import Case
 from .config import RopeConfig
-from .diagnoses import common_bug_candidates, cut_at, cut_text, exact_line, explain
+from .diagnoses import (
+    base_label,
+    bases_from_freqs,
+    common_bug_candidates,
+    cut_at,
+    cut_text,
+    exact_line,
+    explain,
+    nice_bases,
+    table_bug_candidates,
+)
 from .frequencies import attention_factor as _attention_factor
 from .frequencies import cos_sin, inv_freq, resolve_seq_len
 from .precision import DTYPES as _DTYPES
@@ -164,15 +178,18 @@ def _quantised_positions(pos: np.ndarray) -> list[tuple[str, np.ndarray]]:
 
 
 def _builder(v: np.ndarray, op: str, extra_inputs: dict, seq_len: int | None):
-    """``build(cfg, pos, scale_rot=1, seq_len=...)``: a lazy mutated ``apply`` of ``v`` (x, or grad_out
-    for the VJP, whose angle is -pos). ``cfg`` may be a callable (a mutation that may not validate)."""
+    """``build(cfg, pos, scale_rot=1, mut_seq_len=seq_len, values=None)``: a lazy mutated ``apply`` of
+    ``v`` (x, or grad_out for the VJP, whose angle is -pos). ``cfg`` may be a callable (a mutation that
+    may not validate); ``values``, a callable giving the mutated output where the oracle cannot."""
     sign = -1.0 if op == "apply_vjp" else 1.0
     key = "grad_out" if op == "apply_vjp" else "x"
 
-    def build(mut_cfg: Any, mut_pos: np.ndarray, scale_rot: float = 1.0, mut_seq_len: Any = seq_len):
+    def build(
+        mut_cfg: Any, mut_pos: np.ndarray, scale_rot: float = 1.0, mut_seq_len: Any = seq_len, values=None
+    ):
         def make():
             cfg = mut_cfg() if callable(mut_cfg) else mut_cfg
-            expected = apply(v, sign * mut_pos, cfg, seq_len=mut_seq_len)
+            expected = apply(v, sign * mut_pos, cfg, seq_len=mut_seq_len) if values is None else values()
             if scale_rot != 1.0:
                 expected[..., : cfg.rotary_dim] *= scale_rot
             inputs = dict(extra_inputs, positions=mut_pos)
@@ -425,23 +442,17 @@ def assert_cos_sin_close(
             comparisons += _judge(case, label, part, policy)
     if all(c.passed for c in comparisons):
         return
-    diagnosis = None
     got_sin = as_float64(sin, "sin")
     parts = _table_halves(got_sin, cfg.n_pairs, cfg.layout, "sin", pos.shape)
-    candidates = []
-    for label, q in _quantised_positions(pos):
-        candidates.append((label, _sin_builder(cfg, q, seq_len, parts[0][0])))
-    candidates.append(
-        ("rotation direction reversed (sin negated)", _sin_builder(cfg, -pos, seq_len, parts[0][0]))
-    )
+    cos_half = _table_halves(as_float64(cos, "cos"), cfg.n_pairs, cfg.layout, "cos", pos.shape)[0][1]
+    build = _sin_builder(parts[0][0], seq_len)
+    candidates = [(label, build(cfg, q)) for label, q in _quantised_positions(pos)]
+    candidates.append(("rotation direction reversed (sin negated)", build(cfg, -pos)))
     factor = _attention_factor(cfg, seq_len)
     if factor != 1.0:
-        candidates.append(
-            (
-                f"attention factor missing (not multiplied by {factor:.9g})",
-                _sin_builder(cfg, pos, seq_len, parts[0][0], 1 / factor),
-            )
-        )
+        label = f"attention factor missing (not multiplied by {factor:.9g})"
+        candidates.append((label, build(cfg, pos, 1 / factor)))
+    candidates += table_bug_candidates(cos_half, parts[0][1], pos, cfg, seq_len, build)
     diagnosis = explain(parts[0][1], policy, candidates)
     _fail(
         "cos/sin table differs from rope_ref.cos_sin",
@@ -452,12 +463,19 @@ def assert_cos_sin_close(
     )
 
 
-def _sin_builder(cfg: RopeConfig, pos: np.ndarray, seq_len: int | None, label: str, scale: float = 1.0):
-    def make():
-        _, s = cos_sin(pos, cfg, seq_len=seq_len)
-        return _case("cos_sin", cfg, {"positions": pos}, {label: s * scale}, "trig", seq_len), label
+def _sin_builder(label: str, seq_len: int | None):
+    """``build(cfg or a callable giving it, pos, scale=1, mut_seq_len=seq_len, values=None)``: a lazy
+    mutated ``cos_sin`` case judged on its sin (``values``: a callable giving that sin table instead)."""
 
-    return make
+    def build(mut_cfg: Any, pos: np.ndarray, scale: float = 1.0, mut_seq_len: Any = seq_len, values=None):
+        def make():
+            cfg = mut_cfg() if callable(mut_cfg) else mut_cfg
+            s = cos_sin(pos, cfg, seq_len=mut_seq_len)[1] if values is None else values()
+            return _case("cos_sin", cfg, {"positions": pos}, {label: s * scale}, "trig", mut_seq_len), label
+
+        return make
+
+    return build
 
 
 def _context_table(cfg: RopeConfig, pos: np.ndarray, seq_len: int | None) -> list[str]:
@@ -517,8 +535,31 @@ def assert_inv_freq_close(
                 lambda: (_full_width_case(cfg, seq_len), "f"),
             ),
         ]
+        candidates += _inv_freq_candidates(got, want, cfg, seq_len)
         diagnosis = explain(got, policy, candidates)
     _fail("inverse frequencies differ from rope_ref.inv_freq", comparisons, policy, [repr(cfg)], diagnosis)
+
+
+def _inv_freq_candidates(got: np.ndarray, want: np.ndarray, cfg: RopeConfig, seq_len: int | None) -> list:
+    """A wrong base (fitted to ``got``) and frequencies rounded to float16/bfloat16."""
+
+    def table(values=None, base=None):
+        def make():
+            v = values if base is None else inv_freq(cfg.replace(base=base), seq_len)
+            return _case("inv_freq", cfg, {}, {"m": v}, "table", seq_len), "m"
+
+        return make
+
+    with np.errstate(all="ignore"):
+        try:
+            found = bases_from_freqs(got, cfg, seq_len)
+        except (ValueError, ArithmeticError):
+            found = []
+    out = [(base_label(b, cfg), table(base=b)) for b in nice_bases(found, cfg)]
+    for dtype in ("float16", "bfloat16"):
+        rounded = tolerance.round_to(want, dtype)
+        out.append((f"inv_freq computed in {dtype} (rounded to {dtype})", table(values=rounded)))
+    return out
 
 
 def _full_width_case(cfg: RopeConfig, seq_len: int | None):

@@ -211,21 +211,18 @@ def test_sparse_manifest_is_refused_from_its_size(sets, tmp_path):
 # -- 6. amplification: one file listed by many cases -------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_one_file_listed_by_many_cases_is_read_once(tmp_path):
-    root = make_set(
-        tmp_path / "g", "safetensors", "llama-3.1-8b", "--ops", "cos_sin", "--positions", "0:32768"
-    )
+    argv = ("--ops", "cos_sin", "--positions", "0:16384")
+    root = make_set(tmp_path / "g", "safetensors", "llama-3.1-8b", *argv)
     m = read_manifest(root)
-    size = (root / m["cases"][0]["file"]).stat().st_size
-    assert size > 32 * 2**20
+    assert (root / m["cases"][0]["file"]).stat().st_size > 16 * 2**20
     first = m["cases"][0]
-    m["cases"] = [dict(first, id=f"{first['id']}-{k}") for k in range(20)]  # 20 x 32 MiB if held apiece
+    m["cases"] = [dict(first, id=f"{first['id']}-{k}") for k in range(32)]  # 32 x 16 MiB if held apiece
     write_manifest(root, m)
     start = time.monotonic()
     code, err = _verify(root)
     assert code == PASSED, err
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 120  # generous: the point is the 1 GiB cap
     code, err = _run(root)
     assert code == PASSED, err
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import ctypes
 import importlib
 import math
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,3 +214,14 @@ def test_verdicts_match_the_findings(precision, monkeypatch):
     problems += [f"stale finding {f}" for f in result["stale_findings"]]
     assert not problems, "\n".join(problems)
     assert result["counts"]["passed"] > 100
+
+
+_REPRODUCERS = sorted(p.name for p in (Path(lcp.__file__).parent / "reproducers").glob("llama_cpp_*.py"))
+
+
+@pytest.mark.parametrize("script", _REPRODUCERS)
+def test_reproducers_fail_today(script):
+    """Each llama.cpp reproducer exits 1 while its bug is present (ggml-python 0.0.45)."""
+    path = Path(lcp.__file__).parent / "reproducers" / script
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr

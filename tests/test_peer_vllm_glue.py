@@ -13,6 +13,7 @@ must fail.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 
@@ -88,9 +89,16 @@ class _FakeRope(torch.nn.Module):
         )
         return q, k
 
+    def forward_cpu(self, positions, query, key=None):  # vLLM's RotaryEmbedding.forward_cpu: the C++ op
+        sys.modules["vllm._custom_ops"].rotary_embedding(
+            positions, query, key, self.head_size, self.cos_sin_cache.to(query.dtype), self.is_neox_style
+        )
+        return query, key
+
 
 class MRotaryEmbedding(_FakeRope):
-    pass
+    def forward_cpu(self, positions, query, key=None):  # CustomOp.forward_cpu's default
+        return self.forward_native(positions, query, key)
 
 
 def _get_rope(head_size, max_position, is_neox_style=True, rope_parameters=None, dtype=None, **_):
@@ -125,6 +133,10 @@ def _install(monkeypatch, *, planted: str = ""):
             key.copy_(_apply_rows(positions, key, head_size, cos_sin_cache, neox))
 
     ops.rotary_embedding = rotary_embedding
+    config = types.ModuleType("vllm.config")
+    config.VllmConfig = lambda: object()
+    config.set_current_vllm_config = lambda cfg: contextlib.nullcontext()
+    monkeypatch.setitem(sys.modules, "vllm.config", config)
     rope_mod = types.ModuleType(vllm_peer._ROPE)
     rope_mod.get_rope = _get_rope
     for name in ("vllm.model_executor", "vllm.model_executor.layers"):
@@ -134,9 +146,9 @@ def _install(monkeypatch, *, planted: str = ""):
     monkeypatch.setitem(sys.modules, vllm_peer._ROPE, rope_mod)
 
 
-def _run(flavour, precision="fp32"):
+def _run(flavour, precision="fp32", select=SELECT):
     backend = vllm_peer.make_backend(precision, flavour=flavour)
-    return Runner(backend, precision=precision).run(CASES, select=SELECT)
+    return Runner(backend, precision=precision).run(CASES, select=select)
 
 
 def test_missing_vllm_is_one_line_saying_how_to_get_it(monkeypatch):
@@ -191,5 +203,5 @@ def test_positions_past_the_cache_are_refused_not_crashed(monkeypatch):
 
 def test_a_planted_layout_bug_fails(monkeypatch):
     _install(monkeypatch, planted="layout")
-    report = _run("cpu")
+    report = _run("cpu", select=r"^apply_qk-")
     assert any(r.status == "failed" for r in report.results)

@@ -283,3 +283,72 @@ def test_no_warning_from_tables_or_gradients_at_far_positions():
     ones = np.ones((100, 64), np.float16)
     with pytest.raises(AssertionError, match="grad_x"):
         assert_rope_vjp_close(ones, ones, pos, cfg, ones)
+
+
+def test_scaling_ignored_is_named(x):
+    cfg = rope_ref.RopeConfig(D, layout="half", scaling=rope_ref.Linear(4.0))
+    ids = _ids()
+    assert_rope_close(port(x, ids[:, None, :] / 4.0), x, ids, cfg, axes="bhsd")  # linear: positions / 4
+    msg = _message(port(x, ids[:, None, :]), x, ids, cfg)
+    assert _named(msg).startswith("most resembles: scaling ignored (the config's Linear not applied)"), msg
+    msg = _message(port(x, ids[:, None, :] / 4.0, base=500000.0), x, ids, cfg)
+    assert "base looks like 500000 (config has 10000)" in _named(msg), msg
+
+
+def test_wrong_base_under_yarn_with_spaced_positions():
+    """YaRN treats pairs apart (no single power law) and positions 200 apart alias the fast pairs: the
+    base is still found, from the slow pairs and a search over YaRN's own frequencies."""
+    cfg = rope_ref.RopeConfig(D, layout="half", scaling=rope_ref.YaRN(4.0, 4096))
+    x = np.random.default_rng(3).standard_normal((64, D))
+    pos = np.arange(64) * 200
+    y = rope_ref.apply(x, pos, cfg.replace(base=500000.0)).astype(np.float32)  # the oracle, wrong base
+    with pytest.raises(AssertionError) as info:
+        assert_rope_close(y, x.astype(np.float32), pos, cfg)
+    assert "most resembles: base looks like 500000 (config has 10000)" in str(info.value), info.value
+
+
+# -- cos/sin tables and inverse frequencies ---------------------------------------------------------------
+
+
+def hf_tables(pos, *, base=10000.0, inv_dtype=None, shift=0):
+    """HF LlamaRotaryEmbedding.forward in float32: (cos, sin) of cat(freqs, freqs), (B, S, D)."""
+    inv = (1.0 / base ** (np.arange(0, D, 2, dtype=np.float64) / D)).astype(np.float32)
+    if inv_dtype == "float16":
+        inv = inv.astype(np.float16).astype(np.float32)
+    freqs = (np.asarray(pos) + shift).astype(np.float32)[..., None] * inv
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb), np.sin(emb)
+
+
+@pytest.mark.parametrize(
+    "kw,named",
+    [
+        ({"base": 500000.0}, "base looks like 500000 (config has 10000)"),
+        ({"shift": 1}, "positions shifted by +1"),
+        ({"inv_dtype": "float16"}, "inv_freq computed in float16"),
+    ],
+)
+def test_cos_sin_table_bugs_are_named(kw, named):
+    ids = _ids(start=100)
+    rope_ref.testing.assert_cos_sin_close(*hf_tables(ids), ids, HALF)
+    with pytest.raises(AssertionError) as info:
+        rope_ref.testing.assert_cos_sin_close(*hf_tables(ids, **kw), ids, HALF)
+    assert _named(str(info.value)).startswith(f"most resembles: {named}"), info.value
+
+
+@pytest.mark.parametrize(
+    "values,named",
+    [
+        (1.0 / 500000.0 ** (np.arange(0, D, 2) / D), "base looks like 500000 (config has 10000)"),
+        (1.0 / 1e6 ** (np.arange(0, 64, 2) / 64), None),  # wrong width, not a base: shape error
+        ((1.0 / 1e4 ** (np.arange(0, D, 2) / D)).astype(np.float16), "inv_freq computed in float16"),
+    ],
+)
+def test_inv_freq_bugs_are_named(values, named):
+    values = np.asarray(values).astype(np.float32)
+    with pytest.raises(AssertionError) as info:
+        rope_ref.testing.assert_inv_freq_close(values, HALF)
+    if named is None:
+        assert "inv_freq has shape (32,), expected (64,)" in str(info.value)
+    else:
+        assert _named(str(info.value)).startswith(f"most resembles: {named}"), info.value

@@ -1,4 +1,4 @@
-// Host shim for executing backends/rope_kernels.cu on the CPU (tests/test_cuda_host_emulation.py).
+// Host shim for executing backends/rope_kernels.cu on the CPU (tests/backends/test_cuda_host_emulation.py).
 //
 // Defines the few CUDA names the kernel source uses so that g++ compiles it as plain C++: the
 // execution-space qualifiers (empty), the built-in index variables (globals the driver sets before it

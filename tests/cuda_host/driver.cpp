@@ -1,5 +1,5 @@
 // Host driver: runs the kernels of backends/rope_kernels.cu (the file itself, found on the include
-// path) on the CPU, one emulated CUDA thread at a time, for tests/test_cuda_host_emulation.py.
+// path) on the CPU, one emulated CUDA thread at a time, for tests/backends/test_cuda_host_emulation.py.
 //
 // rope_host_launch takes what cuLaunchKernel takes (kernel name, grid, block, and `args`, an array of
 // pointers to each kernel argument), so the Python side passes the argument tuple that

@@ -1,4 +1,4 @@
-// Host driver for the kernel-shape kernels of backends/rope_kernels.cu (tests/test_cupy_kernel_shapes_host.py).
+// Host driver for the kernel-shape kernels of backends/rope_kernels.cu (tests/backends/test_cupy_kernel_shapes_host.py).
 //
 // driver.cpp (and through it the shipped .cu file, the apply kernels the fallback path launches) plus
 // one more entry point that launches a rope_qkv_apply_* kernel the way cuLaunchKernel does: `args` is an

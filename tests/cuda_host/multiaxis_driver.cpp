@@ -1,4 +1,4 @@
-// Host driver for the multi-axis kernels of backends/rope_kernels.cu (tests/test_cupy_multiaxis_host.py).
+// Host driver for the multi-axis kernels of backends/rope_kernels.cu (tests/backends/test_cupy_multiaxis_host.py).
 //
 // driver.cpp (and through it the shipped .cu file) compiled with ROPE_WITH_MULTIAXIS defined, as
 // rope_ref.backends.cupy compiles it for NVRTC, plus one more entry point that launches a

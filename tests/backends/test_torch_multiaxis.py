@@ -1,0 +1,254 @@
+"""The torch adapter's multi-axis RoPE (``rope_ref.backends.torch.multiaxis_apply``) against the oracle.
+
+Reference: :func:`rope_ref.multiaxis.apply` (float64, exact cos/sin of the exact product). Tolerances,
+per rotated pair ``i`` with radius ``r`` (of the pair in ``x``), attention factor ``A``, position
+``m = m^(s(i))`` and frequency ``phi_i``:
+
+* float64 angles and arithmetic: ``A r (|m phi_i| + 16) 2^-53``. The adapter rounds the product
+  ``m phi_i`` once (an angle error of at most ``|m phi_i| 2^-53``; ``phi_i`` is the oracle's own
+  float64 value); cos/sin (libm, within 1 ulp = 2u each), the attention factor and the rotation's three
+  roundings add at most about ``6u A r``, and the oracle's own output carries about ``5u A r`` (its cos/sin
+  are correctly rounded, its products and sums rounded once each, as in Higham's model
+  ``fl(a op b) = (a op b)(1 + d)``): ``16u`` bounds both with a little room.
+* float32 angles: the conformance model (``docs/tolerance.md``, constants from
+  :mod:`rope_ref.conformance.tolerance`): ``A r (k_i |m phi_i| u_a + ROUND_SLACK u_r) + floor`` with
+  ``k_i = PHASE_SLACK + 2 |ln phi_i|`` and ``u_r = u_io + u_a + u_c``.
+
+Pass-through channels must be exact. Each bug class of issue 20 (pairing flag ignored, sections in
+the wrong order, interleaved sections read as blocked, partial rotary dropped) is emulated by the
+wrong spec a buggy port effectively uses, and must fail the comparison.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from multiaxis_specs import broken_specs, pair_geometry, per_element, positions, presets, ratio
+
+torch = pytest.importorskip("torch")
+
+from rope_ref.backends import torch as rt  # noqa: E402
+from rope_ref.backends._torch_multiaxis import multiaxis_apply  # noqa: E402
+from rope_ref.conformance.tolerance import PHASE_SLACK, ROUND_SLACK, UNIT_ROUNDOFF  # noqa: E402
+
+import rope_ref  # noqa: E402
+from rope_ref import RopeConfig, multiaxis  # noqa: E402
+from rope_ref.scaling import DynamicNTK, YaRN  # noqa: E402
+
+_NAMES = {
+    torch.float64: "float64",
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+}
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def tolerance(x: np.ndarray, pos: np.ndarray, spec, io: str, angle: str, seq_len=None) -> np.ndarray:
+    """Per-element bound (module docstring); 0 on pass-through channels."""
+    phi, m, radius, a, b = pair_geometry(x, pos, spec, seq_len)
+    if angle == "float64":
+        pair = radius * (np.abs(m * phi) + 16.0) * UNIT_ROUNDOFF["float64"] + 4 * 2.0**-1022
+    else:
+        u_a, compute = UNIT_ROUNDOFF["float32"], "float32" if io in ("float16", "bfloat16") else io
+        u_r = UNIT_ROUNDOFF[io] + u_a + UNIT_ROUNDOFF[compute]
+        k = PHASE_SLACK + 2.0 * np.abs(np.log(phi))
+        pair = radius * (k * np.abs(m * phi) * u_a + ROUND_SLACK * u_r) + 4.0 * 2.0**-126
+    return per_element(x.shape, a, b, pair)
+
+
+def worst_ratio(x, pos, spec, got, io, angle, *, want_spec=None, seq_len=None) -> float:
+    """max |got - oracle| / tol over rotated channels; inf if a pass-through channel differs."""
+    ref = want_spec or spec
+    want = multiaxis.apply(x, pos, ref, seq_len=seq_len)
+    tol = tolerance(x, pos, ref, io, angle, seq_len)
+    return ratio(got, want, tol)
+
+
+def run(x: np.ndarray, pos: np.ndarray, spec, dtype, device="cpu", **kw) -> tuple[np.ndarray, np.ndarray]:
+    """(the float64 values the adapter sees, its output as float64)."""
+    xt = torch.tensor(x, device=device).to(dtype)
+    y = multiaxis_apply(xt, torch.tensor(pos, device=device), spec, **kw)
+    assert y.dtype == dtype and y.shape == xt.shape and y.device == xt.device
+    return xt.double().cpu().numpy(), y.double().cpu().numpy()
+
+
+# -- against the oracle ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(presets()))
+def test_presets_match_the_oracle_in_float64(name, device) -> None:
+    spec = presets()[name]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    x = rng.standard_normal((2, 3, 17, spec.head_dim))
+    pos = positions(rng, spec, (2, 1, 17))  # (streams, batch, 1, seq): x of (batch, heads, seq, dim)
+    xq, got = run(x, pos, spec, torch.float64, device, angle_dtype=torch.float64)
+    assert worst_ratio(xq, pos, spec, got, "float64", "float64") <= 1.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(presets()))
+def test_presets_match_the_oracle_in_low_precision(name, dtype) -> None:
+    spec = presets()[name]
+    rng = np.random.default_rng(sum(map(ord, name)) + 1)
+    x = rng.standard_normal((2, 11, 3, spec.head_dim))
+    pos = positions(rng, spec, (2, 11, 1))
+    xq, got = run(x, pos, spec, dtype)
+    assert worst_ratio(xq, pos, spec, got, _NAMES[dtype], "float32") <= 1.0
+
+
+@pytest.mark.parametrize("bug", sorted(broken_specs()))
+def test_each_bug_class_fails_the_comparison(bug) -> None:
+    name, wrong = broken_specs()[bug]
+    spec = presets()[name]
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 2, 9, spec.head_dim))
+    pos = positions(rng, spec, (3, 1, 9))
+    for dtype, angle in ((torch.float64, torch.float64), (torch.float32, torch.float32)):
+        io = _NAMES[dtype]
+        xq, good = run(x, pos, spec, dtype, angle_dtype=angle)
+        _, bad = run(x, pos, wrong, dtype, angle_dtype=angle)
+        right = worst_ratio(xq, pos, spec, good, io, _NAMES[angle])
+        broken = worst_ratio(xq, pos, wrong, bad, io, _NAMES[angle], want_spec=spec)
+        assert right <= 1.0 < broken and broken > 1e3, (io, right, broken)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["qwen2-vl", "qwen3-vl", "glm-4.1v"])
+def test_text_only_equals_the_1d_apply_bit_for_bit(name, dtype) -> None:
+    spec = presets()[name]
+    rng = np.random.default_rng(5)
+    x = torch.tensor(rng.standard_normal((2, 4, 13, spec.head_dim))).to(dtype)
+    ids = torch.tensor(rng.integers(0, 30000, size=(2, 1, 13)))
+    for angle in (torch.float32, torch.float64):
+        y3 = multiaxis_apply(x, torch.stack([ids] * 3), spec, angle_dtype=angle)
+        y1 = rt.apply(x, ids, spec.tables[0], angle_dtype=angle)
+        assert torch.equal(y3, y1)
+
+
+def test_chatglm_2d_is_two_half_head_ropes_bit_for_bit() -> None:
+    spec = multiaxis.chatglm_2d(64)
+    rng = np.random.default_rng(6)
+    x = torch.tensor(rng.standard_normal((5, 2, 64)), dtype=torch.float32)
+    pid, bid = (torch.tensor(rng.integers(0, n, size=(5, 1))) for n in (500, 40))
+    y = multiaxis_apply(x, torch.stack([pid, bid]), spec)
+    half = RopeConfig(32, layout="half")
+    want = torch.cat([rt.apply(x[..., :32], pid, half), rt.apply(x[..., 32:], bid, half)], dim=-1)
+    assert torch.equal(y, want)
+
+
+def mixed_spec() -> multiaxis.MultiAxisRope:
+    """Three streams, three tables: plain, YaRN (attention factor != 1), dynamic NTK (length-dependent)."""
+    plain = RopeConfig(48, layout="interleaved", rotary_dim=32)
+    yarn = RopeConfig(48, layout="interleaved", rotary_dim=32, scaling=YaRN(4.0, 2048))
+    ntk = RopeConfig(48, layout="interleaved", rotary_dim=32, scaling=DynamicNTK(2.0, 1024))
+    assert rope_ref.attention_factor(yarn) != 1.0
+    return multiaxis.MultiAxisRope(48, layout="interleaved", streams=(0,) * 4 + (1,) * 6 + (2,) * 6,
+                                   tables=(plain, yarn, ntk), freq_index=tuple(range(16)))  # fmt: skip
+
+
+def test_per_stream_tables_and_length_dependent_scaling() -> None:
+    spec = mixed_spec()
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((6, 2, 48))
+    pos = positions(rng, spec, (6, 1))
+    pos[2, 3, 0] = 9000  # beyond the dynamic-NTK original length: its table depends on max(pos) + 1
+    for seq_len in (None, 12000):
+        xq, got = run(x, pos, spec, torch.float64, angle_dtype=torch.float64, seq_len=seq_len)
+        assert worst_ratio(xq, pos, spec, got, "float64", "float64", seq_len=seq_len) <= 1.0
+    xq, got = run(x, pos, spec, torch.float32)
+    assert worst_ratio(xq, pos, spec, got, "float32", "float32") <= 1.0
+
+
+# -- autograd and torch.compile ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("autograd", ["function", "native"])
+@pytest.mark.parametrize("name", ["qwen3-vl", "glm-4.1v", "chatglm-6b", "pixtral"])
+def test_gradcheck_in_float64(name, autograd) -> None:
+    spec = presets()[name]
+    rng = np.random.default_rng(8)
+    x = torch.tensor(rng.standard_normal((2, 3, spec.head_dim)), requires_grad=True)
+    pos = torch.tensor(positions(rng, spec, (2, 3)))
+
+    def f(t, p=pos):
+        return multiaxis_apply(t, p, spec, angle_dtype=torch.float64, autograd=autograd)
+
+    assert torch.autograd.gradcheck(f, (x,))
+    if autograd == "function" and name in ("chatglm-6b", "pixtral"):  # double backward (blocks, gather)
+        small = x[:1, :2].detach().requires_grad_()
+        assert torch.autograd.gradgradcheck(lambda t: f(t, pos[:, :1, :2]), (small,))
+    # The gradient is the inverse rotation: the oracle at the negated positions.
+    g = torch.tensor(rng.standard_normal(tuple(x.shape)))
+    (gx,) = torch.autograd.grad(f(x), x, g)
+    want = multiaxis.apply(g.numpy(), -pos.numpy(), spec)
+    np.testing.assert_allclose(gx.numpy(), want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_torch_compile_fullgraph_forward_and_backward() -> None:
+    torch._dynamo.reset()
+    rng = np.random.default_rng(9)
+    for name in ("qwen3-vl", "chatglm-6b"):  # the gather path and the block reshape
+        spec = presets()[name]
+
+        def f(t, p, spec=spec):
+            return multiaxis_apply(t, p, spec)
+
+        compiled = torch.compile(f, fullgraph=True)  # fullgraph: a graph break raises
+        x = torch.tensor(
+            rng.standard_normal((2, 7, 3, spec.head_dim)), dtype=torch.float32, requires_grad=True
+        )
+        pos = torch.tensor(positions(rng, spec, (2, 7, 1)))
+        y = compiled(x, pos)
+        assert worst_ratio(x.detach().double().numpy(), pos.numpy(), spec, y.detach().double().numpy(),
+                           "float32", "float32") <= 1.0  # fmt: skip
+        g = torch.ones_like(y)
+        (gx,) = torch.autograd.grad(y, x, g)
+        (ge,) = torch.autograd.grad(f(x, pos), x, g)
+        torch.testing.assert_close(gx, ge, rtol=1e-5, atol=1e-5)
+    # Per-stream tables with a length-dependent scaling and a changing seq_len (a symbolic int: the
+    # frequency table and the attention factors are runtime values of the graph, no recompile per length).
+    spec = mixed_spec()
+    compiled = torch.compile(
+        lambda t, p, n: multiaxis_apply(t, p, spec, seq_len=n, angle_dtype=torch.float64), fullgraph=True
+    )
+    x = rng.standard_normal((6, 2, 48))
+    pos = positions(rng, spec, (6, 1))
+    for n in (3000, 5000, 9000):
+        got = compiled(torch.tensor(x), torch.tensor(pos), n).numpy()
+        assert worst_ratio(x, pos, spec, got, "float64", "float64", seq_len=n) <= 1.0
+
+
+def test_tables_match_the_oracle_cos_sin() -> None:
+    from rope_ref.backends._torch_multiaxis import multiaxis_tables
+
+    spec = mixed_spec()
+    rng = np.random.default_rng(10)
+    pos = positions(rng, spec, (4, 5))
+    cos, sin = multiaxis_tables(torch.tensor(pos), spec, angle_dtype=torch.float64)
+    want_cos, want_sin = multiaxis.cos_sin(pos, spec)
+    phi, amp = spec.pair_frequencies(int(pos.max()) + 1)
+    m = np.moveaxis(pos, 0, -1)[..., list(spec.streams)]
+    bound = amp * (np.abs(m * phi) + 4) * 2.0**-53  # the product's rounding, cos/sin and factor ulps
+    assert np.all(np.abs(cos.numpy() - want_cos) <= bound) and np.all(np.abs(sin.numpy() - want_sin) <= bound)
+
+
+def test_bad_arguments_name_the_argument() -> None:
+    spec = presets()["qwen2-vl"]
+    x = torch.zeros(2, 128)
+    with pytest.raises(ValueError, match="n_streams=3"):
+        multiaxis_apply(x, torch.zeros(2, 2), spec)
+    with pytest.raises(ValueError, match="positions"):
+        multiaxis_apply(x, torch.zeros(3, 5), spec)
+    with pytest.raises(ValueError, match="head_dim=128"):
+        multiaxis_apply(torch.zeros(2, 64), torch.zeros(3, 2), spec)
+    with pytest.raises(TypeError, match="spec"):
+        multiaxis_apply(x, torch.zeros(3, 2), RopeConfig(128, layout="half"))
+    with pytest.raises(ValueError, match="finite"):
+        multiaxis_apply(x, torch.full((3, 2), float("nan")), spec)
+
+
+def test_exported_from_the_torch_adapter() -> None:
+    assert rt.multiaxis_apply is multiaxis_apply

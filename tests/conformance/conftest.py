@@ -1,0 +1,17 @@
+"""Fixtures shared by the conformance tests: the shipped golden set, loaded once per test module."""
+
+from __future__ import annotations
+
+import pytest
+from rope_ref.conformance.golden import load_golden
+
+
+@pytest.fixture(scope="module")
+def cases():
+    """Every case of the shipped golden set (a fresh load per module: a test may not change another's)."""
+    return load_golden()
+
+
+@pytest.fixture(scope="module")
+def by_id(cases):
+    return {c.id: c for c in cases}

@@ -1,0 +1,118 @@
+"""The frequency tables of the oracle (rope_ref.frequencies): inv_freq and default_inv_freq checks and
+limits, angles and cos_sin options, ids placed on axes. Expected values come from mpmath.
+"""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+from mp_reference import U64, _mp_theta
+
+import rope_ref
+from rope_ref import RopeConfig
+
+
+class _BadAtOneLength(rope_ref.Scaling):
+    """Test-only length-dependent scaling: a valid table except at seq_len == 100, where it gives ``bad``."""
+
+    length_dependent = True
+
+    def __init__(self, bad):
+        self.bad = bad
+
+    def inv_freq(self, base, rotary_dim, seq_len):
+        theta = base ** (-np.arange(0, rotary_dim, 2) / rotary_dim)
+        return theta * self.bad if seq_len == 100 else theta
+
+    def attention_factor(self, rotary_dim, seq_len):
+        return 1.0
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0.0, np.inf, np.nan])
+def test_inv_freq_refuses_non_positive_or_non_finite_tables(bad):
+    cfg = RopeConfig(8, layout="half", scaling=_BadAtOneLength(bad))  # valid at the lengths checked on build
+    assert rope_ref.inv_freq(cfg, 99)[0] == 1.0
+    with pytest.raises(ValueError, match="positive normal range"), np.errstate(invalid="ignore"):
+        rope_ref.inv_freq(cfg, 100)
+
+
+def test_seq_len_message_shows_numbers_below_10_20_in_full():
+    dyn = RopeConfig(16, layout="half", scaling=rope_ref.DynamicNTK(2.0, 64))
+    with pytest.raises(ValueError, match="got 10000000000000000005$"):
+        rope_ref.inv_freq(dyn, seq_len=10**19 + 5)
+    with pytest.raises(ValueError, match="got 99999999999999999999$"):
+        rope_ref.inv_freq(dyn, seq_len=10**20 - 1)
+    with pytest.raises(ValueError, match="got an integer of 21 digits$"):
+        rope_ref.inv_freq(dyn, seq_len=10**20)
+
+
+def test_angles_takes_seq_len_by_keyword_only_and_positions_cfg_by_name():
+    cfg = RopeConfig(8, layout="half")
+    got = rope_ref.angles(positions=[2.0], cfg=cfg, seq_len=4)
+    want = [2.0 * float(t) for t in _mp_theta(10000.0, 8)]
+    np.testing.assert_allclose(got[0], want, rtol=2 * U64, atol=0)
+    with pytest.raises(TypeError):
+        rope_ref.angles([2.0], cfg, 4)
+
+
+def test_widest_rotary_table_is_2_to_the_20():
+    from rope_ref.frequencies import MAX_ROTARY_DIM
+
+    assert MAX_ROTARY_DIM == 1 << 20
+    with pytest.raises(ValueError, match=r"an even integer in \[2, 1048576\], got 1048578"):
+        rope_ref.default_inv_freq(10000.0, (1 << 20) + 2)
+
+
+def test_cos_sin_with_axes_accepts_a_scalar_id():
+    cfg = RopeConfig(8, layout="half")
+    cos, sin = rope_ref.cos_sin(3.0, cfg, axes="bhsd")
+    assert cos.shape in ((4,), (1, 1, 1, 4))  # a scalar comes back unplaced today; both broadcast
+    want = [float(mpmath.cos(3 * t)) for t in _mp_theta(10000.0, 8)]
+    np.testing.assert_allclose(cos.reshape(-1), want, rtol=0, atol=4 * U64)
+
+
+def test_cos_sin_with_axes_places_ids_on_an_x_with_unit_head_axes():
+    """docs: the ids are placed on an x whose other axes (heads) have size 1; a misfit names that x."""
+    cfg = RopeConfig(8, layout="half")
+    with pytest.raises(ValueError, match=r"x of shape \(1, 1, 1\) with axes='thd' \(t=1, h=1, d=1\)"):
+        rope_ref.cos_sin(np.zeros((2, 3, 4, 5)), cfg, axes="thd")
+    with pytest.raises(ValueError, match=r"x of shape \(1, 1, 1\) with axes='shd' \(s=1, h=1, d=1\)"):
+        rope_ref.cos_sin(np.zeros((2, 3, 4, 5)), cfg, axes="shd")
+    with pytest.raises(ValueError, match=r"shape \(2, 3, 4, 5\) do not fit x of shape \(1, 1, 1, 1\)"):
+        rope_ref.cos_sin(np.zeros((2, 3, 4, 5)), cfg, axes="bhsd")
+
+
+def test_cos_sin_attention_factor_of_exactly_two_doubles_cos_and_sin():
+    cfg = RopeConfig(8, layout="half", scaling=rope_ref.YaRN(4.0, 64, attention_factor=2.0))
+    cos, sin = rope_ref.cos_sin([0.0, 1.0], cfg)
+    np.testing.assert_array_equal(cos[0], 2.0)
+    np.testing.assert_allclose(np.hypot(cos, sin), 2.0, rtol=8 * U64, atol=0)
+
+
+def test_widest_rotary_table_itself_is_accepted(monkeypatch):
+    """The limit is inclusive. Checked with the limit lowered to 8 (a 2**20-wide table takes seconds)."""
+    from rope_ref import frequencies
+
+    monkeypatch.setattr(frequencies, "MAX_ROTARY_DIM", 8)
+    np.testing.assert_allclose(rope_ref.default_inv_freq(10000.0, 8), [float(t) for t in _mp_theta(1e4, 8)],
+                               rtol=2 * U64, atol=0)
+    with pytest.raises(ValueError, match=r"in \[2, 8\], got 10"):
+        rope_ref.default_inv_freq(10000.0, 10)
+
+
+def test_empty_positions_with_a_length_dependent_scaling():
+    from rope_ref.frequencies import resolve_seq_len
+
+    cfg = RopeConfig(8, layout="half", scaling=rope_ref.DynamicNTK(2.0, 16))
+    assert resolve_seq_len(np.zeros(0), cfg, None) is None
+    assert rope_ref.apply(np.zeros((0, 8)), np.zeros(0), cfg).shape == (0, 8)
+
+
+def test_angles_and_cos_sin_take_their_options_by_keyword_only():
+    cfg = RopeConfig(8, layout="half")
+    pos = [1.0, 2.0]
+    np.testing.assert_array_equal(rope_ref.angles(pos, cfg, seq_len=4), rope_ref.angles(pos, cfg))
+    for func in (rope_ref.angles, rope_ref.cos_sin):
+        with pytest.raises(TypeError):
+            func([1.0, 2.0], cfg, 4)
