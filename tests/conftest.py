@@ -1,9 +1,10 @@
-"""Shared test settings: a quick default run and a full one, with hypothesis profiles sized for a 2-core machine.
+"""Shared test settings: a quick default run and a full one, hypothesis profiles sized for a 2-core machine.
 
-``pytest`` (the README's command) leaves out the tests marked ``slow`` (``torch.compile``, Triton's interpreter,
-float64 gradchecks of every family, exhaustive tables, concurrent writers) and draws the ``quick`` hypothesis
-profile. ``pytest --full`` runs every test with the ``full`` profile; ``ROPE_REF_HYPOTHESIS_PROFILE=stress``
-draws 10x more examples per property when hunting for rare counterexamples.
+``pytest`` (the README's command) leaves out the tests marked ``slow`` (``torch.compile``, Triton's
+interpreter, float64 gradchecks of every family, exhaustive tables, concurrent writers) and draws the
+``quick`` hypothesis profile. ``pytest --full`` runs every test with the ``full`` profile;
+``ROPE_REF_HYPOTHESIS_PROFILE=stress`` draws 10x more examples per property when hunting for rare
+counterexamples.
 """
 
 import os
