@@ -238,6 +238,42 @@ def _table_build(q: torch.Tensor, ids: torch.Tensor, cfg: rope_ref.RopeConfig) -
     return run
 
 
+def engine_anchors(
+    q: torch.Tensor, k: torch.Tensor, ids: torch.Tensor, cfg: rope_ref.RopeConfig
+) -> dict[str, Callable[[], object]]:
+    """The engines' own CPU RoPE on the same q and k, when their packages are installed (issue 30 anchors).
+
+    ``vllm_cpu_kernel``: ``vllm._custom_ops.rotary_embedding`` (vLLM's C++ CPU kernel; in place, so a clone
+    of q and k is part of the call, as a caller keeping its inputs would pay); ``ggml_rope``: ggml's
+    ``ggml_rope_ext`` through ``rope_ref.peers.llama_cpp_peer.run_rope`` (float32/float16 only; includes
+    copying q and k into ggml tensors and out again)."""
+    import importlib.util
+
+    anchors: dict[str, Callable[[], object]] = {}
+    s, d = q.shape[1], q.shape[-1]
+    if importlib.util.find_spec("vllm") is not None:
+        from vllm import _custom_ops as ops
+
+        inv = 1.0 / (cfg.base ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        freqs = torch.arange(s, dtype=torch.float64)[:, None] * inv
+        cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(q.dtype)
+        flat_pos = ids.reshape(-1).to(torch.int64)
+
+        def vllm_call() -> object:
+            qf, kf = q.reshape(s, -1).clone(), k.reshape(s, -1).clone()
+            ops.rotary_embedding(flat_pos, qf, kf, d, cache, cfg.layout == "half")
+            return qf, kf
+
+        anchors["vllm_cpu_kernel"] = vllm_call
+    if importlib.util.find_spec("ggml") is not None and q.dtype in (torch.float32, torch.float16):
+        from rope_ref.peers.llama_cpp_peer import rope_args, run_rope
+
+        args = rope_args(cfg)
+        qn, kn, pn = q[0].numpy(), k[0].numpy(), ids.numpy().astype("int32")
+        anchors["ggml_rope"] = lambda: (run_rope(qn, pn, args), run_rope(kn, pn, args))
+    return anchors
+
+
 def gqa_bench(
     rounds: int,
     dev: str = "cpu",
@@ -278,6 +314,7 @@ def gqa_bench(
         }
         if dev == "cpu":
             cands["table_build"] = _table_build(q, ids, cfg)
+            cands.update(engine_anchors(q, k, ids, cfg))
         if compiled:  # inductor fuses q's and k's rotations, tables included, into generated loops
             fused = torch.compile(lambda a, b: rt.apply_qk(a, b, ids, cfg, axes="bshd"), fullgraph=True)
             cands["apply_qk_compiled"] = lambda q=q, k=k, f=fused: f(q, k)
