@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 
@@ -65,3 +67,15 @@ def _rotated_by_hand(x: np.ndarray, m: float, layout: str, rotary_dim: int | Non
 def _close(got: np.ndarray, want: np.ndarray, m: float) -> None:
     tol = 8 * U64 * (1 + abs(m)) * float(np.abs(want).max() + 1)
     np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+
+
+def half_layout_loop(v, position, base=10000.0):
+    """Half-layout RoPE of one vector by explicit loops: channel j pairs with j + len(v)/2."""
+    n = len(v)
+    out = list(v)
+    for j in range(n // 2):
+        theta = position * base ** (-2.0 * j / n)
+        c, s = math.cos(theta), math.sin(theta)
+        out[j] = v[j] * c - v[j + n // 2] * s
+        out[j + n // 2] = v[j + n // 2] * c + v[j] * s
+    return out

@@ -21,6 +21,8 @@ def configs(draw, max_head_dim: int = 32) -> rope_ref.RopeConfig:
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 positions_st = st.floats(-1e5, 1e5, allow_nan=False, allow_infinity=False)
+#: seeds for numpy.random.default_rng
+seeds = st.integers(0, 2**16)
 
 
 def vectors(head_dim: int, lead: tuple[int, ...] = ()):

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mp_reference import DPS
+from mp_reference import DPS, half_layout_loop
+from strategies import seeds
 
 import rope_ref
 from rope_ref import chatglm
@@ -171,18 +172,6 @@ def test_next_position_ids_batch():
 # -- rotation: float64 ---------------------------------------------------------------------------------
 
 
-def half_layout_loop(v, position, base=10000.0):
-    """Half-layout RoPE of one vector by explicit loops: channel j pairs with j + len(v)/2."""
-    n = len(v)
-    out = list(v)
-    for j in range(n // 2):
-        theta = position * base ** (-2.0 * j / n)
-        c, s = math.cos(theta), math.sin(theta)
-        out[j] = v[j] * c - v[j + n // 2] * s
-        out[j + n // 2] = v[j + n // 2] * c + v[j] * s
-    return out
-
-
 @pytest.mark.parametrize("head_dim", [8, 128])
 def test_apply_2d_is_two_independent_half_rotations(head_dim):
     rng = np.random.default_rng(head_dim)
@@ -221,16 +210,13 @@ def test_block_ids_zero_leave_second_half_unchanged():
     assert not np.allclose(got[1:, :32], x[1:, :32])
 
 
+# first-half positions and block ids of the two tokens, and the shift both get
+_POSITIONS, _SHIFTS = st.integers(0, 4000), st.integers(-1000, 1000)
+_BLOCKS, _BLOCK_SHIFTS = st.integers(0, 500), st.integers(-100, 100)
+
+
 @settings(max_examples=50, deadline=None)
-@given(
-    m=st.integers(0, 4000),
-    n=st.integers(0, 4000),
-    bm=st.integers(0, 500),
-    bn=st.integers(0, 500),
-    shift=st.integers(-1000, 1000),
-    bshift=st.integers(-100, 100),
-    seed=st.integers(0, 2**16),
-)
+@given(m=_POSITIONS, n=_POSITIONS, bm=_BLOCKS, bn=_BLOCKS, shift=_SHIFTS, bshift=_BLOCK_SHIFTS, seed=seeds)
 def test_relative_property_holds_within_each_half(m, n, bm, bn, shift, bshift, seed):
     rng = np.random.default_rng(seed)
     q, k = rng.standard_normal((2, 32))

@@ -61,8 +61,8 @@ def test_default_budget_is_32_mib_and_fits_small_inputs_in_one_chunk(chunks):
     chunks.clear()
     q = np.ones(128)
     decay.abel_bound(q, q, r, cfg)
-    # abel_bound: one chunk for its exact side and one inside relative_upper_bound for the bound side.
-    assert sorted(chunks) == [(1000, 64), (1000, 64)]
+    # abel_bound: one exact cos/sin per chunk serves both sides of eq. 37 (the exact sum and the bound).
+    assert chunks == [(1000, 64)]
 
 
 def test_abel_bound_chunks_stay_under_the_default_budget(chunks):

@@ -1,0 +1,92 @@
+"""The transformers zoo (``rope-ref zoo``, issue 31): one architecture per distinct RoPE mechanism must
+agree with the oracle; discovery finds the architectures; the committed page names the installed version.
+
+The full scan (every architecture, minutes) is the documented command ``rope-ref zoo --out docs/results``,
+not a test.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from rope_ref.peers import zoo, zoo_probe  # noqa: E402
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "transformers-zoo.json"
+
+_YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}
+_LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 1024,
+}
+
+# (architecture, rotary class, rope_parameters variant, what it exercises)
+MECHANISMS = [
+    ("llama", "LlamaRotaryEmbedding", None, "Llama default, rotate_half"),
+    ("gpt_neox", "GPTNeoXRotaryEmbedding", None, "partial rotary (rotary_pct 0.25)"),
+    ("llama", "LlamaRotaryEmbedding", _YARN, "YaRN via rope_parameters"),
+    ("llama", "LlamaRotaryEmbedding", _LLAMA3, "Llama 3 scaling via rope_parameters"),
+    ("cohere", "CohereRotaryEmbedding", None, "interleaved pairs, rotation in float32"),
+    ("glm", "GlmRotaryEmbedding", None, "interleaved partial rotary"),
+    ("qwen2_vl", "Qwen2VLRotaryEmbedding", {"mrope_section": [16, 24, 24]}, "M-RoPE, three streams"),
+    ("gemma3", "Gemma3RotaryEmbedding", None, "per-layer-type bases"),
+    ("deepseek_v3", "DeepseekV3RotaryEmbedding", None, "MLA rope part, interleave reordering"),
+    ("llama4", "Llama4TextRotaryEmbedding", None, "complex freqs_cis"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.mark.parametrize("arch,cls,variant,what", MECHANISMS, ids=[f"{m[0]}-{m[3]}" for m in MECHANISMS])
+def test_mechanism_agrees(arch, cls, variant, what):
+    if not hasattr(__import__(f"transformers.models.{arch}", fromlist=["_"]), "__path__"):
+        pytest.skip(f"transformers {transformers.__version__} has no {arch}")
+    v = zoo_probe.probe(arch, cls, rope_parameters=variant)
+    assert v["verdict"] == "agrees", f"{arch} ({what}): {dict(v)}"
+    assert v["ratio"] is not None and v["ratio"] <= 1.0
+
+
+def test_probe_never_raises_on_unknown_class():
+    v = zoo_probe.probe("llama", "NoSuchRotaryEmbedding")
+    assert v["verdict"] == "error" and "NoSuchRotaryEmbedding" in v["detail"]
+
+
+def test_architecture_verdict_takes_the_worst_text_class():
+    rows = [
+        {"class": "ARotaryEmbedding", "verdict": "agrees", "ratio": 0.2, "mechanism": "rope half, default"},
+        {"class": "AVisionRotaryEmbedding", "verdict": "error", "ratio": None, "mechanism": "vision 2D"},
+    ]
+    assert zoo.architecture_verdict(rows)["verdict"] == "agrees"
+    rows[0]["verdict"] = "candidate finding"
+    assert zoo.architecture_verdict(rows)["verdict"] == "candidate finding"
+
+
+def test_discovery_finds_the_architectures():
+    if transformers.__version__ != "5.23.0":
+        pytest.skip(f"the count 193 is for transformers 5.23.0; installed {transformers.__version__}")
+    found = zoo_probe.discover()
+    assert len(found) >= 150
+    names = dict(found)
+    assert "LlamaRotaryEmbedding" in names["llama"]
+
+
+def test_committed_page_matches_installed_transformers():
+    if not PAGE.is_file():
+        pytest.skip(f"{PAGE} is not there (generate it with 'rope-ref zoo --out docs/results')")
+    page = json.loads(PAGE.read_text())
+    assert page["schema"] == zoo.PAGE_SCHEMA
+    assert page["transformers"] == transformers.__version__, (
+        f"docs/results/transformers-zoo.json is for transformers {page['transformers']}, installed "
+        f"{transformers.__version__}: regenerate with 'rope-ref zoo --out docs/results'"
+    )
