@@ -320,6 +320,10 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
             if ratio > 1.0 and io == "float64":  # an apply that computes in float32 (Cohere's q.float())
                 ratio, bad = _judge(x, p, got, spec, PrecisionPolicy(io, "float32", "float32"))
                 note = "rotation computed in float32"
+            if ratio > 1.0:  # the transpose rotation R_m^T (NanoChat's rotate_half with flipped signs)
+                inv = _judge(x, -p, got, spec, PrecisionPolicy(io, "float32", "float32"))
+                if inv[0] <= 1.0:
+                    ratio, bad, note = *inv, "rotates by -m*theta (the transpose rotation R_m^T)"
             if best is None or ratio < best[0]:
                 best = (ratio, bad, lay, family, note)
         results.append((lt, best, fn_name, split, width, dtype))
@@ -332,6 +336,8 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
     if note:
         detail += "; " + note
     verdict = "agrees" if ratio <= 1.0 else "candidate finding"
+    if "transpose rotation" in note:
+        verdict = "divergence"
     return Verdict(
         verdict=verdict,
         detail=detail,

@@ -340,16 +340,26 @@ MUTATIONS = [
 ]
 
 
+#: Mutations that leave files the mutator itself must not read again (FIFOs, symlinks, sparse files):
+#: applied after every content mutation and after re-signing.
+LAST = (_mut_filesystem, _mut_sparse)
+
+
 def _mutate(root: Path, rng: random.Random, outside: Path) -> list[str]:
     names, weights = zip(*MUTATIONS, strict=True)
+    chosen = [rng.choices(names, weights)[0] for _ in range(rng.choice([1, 1, 2, 3]))]
+    chosen.sort(key=lambda fn: fn in LAST)
+    resign = rng.random() < 0.85
     done = []
-    for _ in range(rng.choice([1, 1, 2, 3])):
-        fn = rng.choices(names, weights)[0]
+    for fn in chosen:
+        if fn in LAST and resign:
+            _resign_all(root)
+            resign = False
         with contextlib.suppress(Exception), warnings.catch_warnings():  # a mutation may not apply
             warnings.simplefilter("ignore")
             fn(root, rng, outside)
             done.append(fn.__name__)
-    if rng.random() < 0.85:
+    if resign:
         _resign_all(root)
     return done
 

@@ -21,6 +21,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "rope_ref.peers.cli_ecosystem",
         "run the suite against every installed peer library and write docs/results/ecosystem.md",
     ),
+    "zoo": (
+        "rope_ref.peers.zoo",
+        "check every rotary embedding of the installed transformers against the oracle "
+        "(docs/results/transformers-zoo.md)",
+    ),
 }
 
 

@@ -57,6 +57,13 @@ def test_mechanism_agrees(arch, cls, variant, what):
     assert v["ratio"] is not None and v["ratio"] <= 1.0
 
 
+def test_transpose_rotation_is_a_divergence():
+    """NanoChat's rotate_half has flipped signs: it rotates by -m*theta; the run says so itself."""
+    v = zoo_probe.probe("nanochat", "NanoChatRotaryEmbedding")
+    assert v["verdict"] == "divergence", dict(v)
+    assert "transpose rotation" in v["detail"]
+
+
 def test_probe_never_raises_on_unknown_class():
     v = zoo_probe.probe("llama", "NoSuchRotaryEmbedding")
     assert v["verdict"] == "error" and "NoSuchRotaryEmbedding" in v["detail"]
