@@ -4,9 +4,9 @@ The rotation is RoFormer (arXiv 2104.09864) eq. 34 for each channel pair (a, b):
 ``y_a = x_a cos - x_b sin``, ``y_b = x_b cos + x_a sin``; pairs follow the layout
 (``"half"``: (i, i + rd/2), HF ``rotate_half``; ``"interleaved"``: (2i, 2i+1), GPT-J / Meta LLaMA).
 It comes in three forms: the functional reference (what ``torch.compile`` fuses and plain autograd
-differentiates), the eager passes (any device, the autograd Function's kernel) and the blocked eager
-CPU kernel (in place or out of place, through strides). :func:`rotate_tables` picks one; ``_BLOCK_BYTES``
-sizes the blocks of both eager kernels.
+differentiates), the eager passes (other devices) and the blocked eager CPU kernel (in place or out of
+place, through strides; on CPU also both directions of the autograd Function). :func:`rotate_tables`
+picks one; ``_BLOCK_BYTES`` sizes the blocks of both eager kernels.
 
 The checks and tables that used to live here are re-exported from :mod:`._torch_checks` and
 :mod:`._torch_tables` (the old import path of the tests).
@@ -133,16 +133,29 @@ def _rotate_block(
     tb.addcmul_(xa, sin)
 
 
-def _rotate(x, cos, sin, layout, rd, compute, kernel: str = "torch") -> torch.Tensor:
+def _rotate(x, cos, sin, layout, rd, compute, kernel: str = "torch", tables=None) -> torch.Tensor:
     """The rotation by ``kernel`` (``"torch"``: eager passes; ``"triton"``: one fused Triton kernel).
 
-    Under ``torch.compile`` both are the functional form, which inductor fuses itself.
+    On CPU the eager passes are :func:`rotate_blocked` (compute-dtype blocks: bf16 in, float32 math per
+    block, bf16 out; ``tables``: an :class:`EagerTables` of ``cos``/``sin`` already built, else one is
+    built). Under ``torch.compile`` both are the functional form, which inductor fuses itself.
     """
     if torch.compiler.is_compiling():
         return rotate_reference(x, cos, sin, layout, rd, compute)
     if kernel == "triton":
         return rotate_triton(x, cos, sin, layout, rd, compute)
+    if _on_cpu(x, cos, sin):
+        return _rotate_new(x, EagerTables(cos, sin, layout, compute) if tables is None else tables, rd)
     return _rotate_eager(x, cos, sin, layout, rd, compute)
+
+
+def _on_cpu(*tensors: torch.Tensor) -> bool:
+    return all(t.device.type == "cpu" for t in tensors)
+
+
+def _rotate_new(x: torch.Tensor, tables: EagerTables, rd: int) -> torch.Tensor:
+    """:func:`rotate_blocked` of ``x`` into a new contiguous tensor."""
+    return rotate_blocked(x, torch.empty(x.shape, dtype=x.dtype, device=x.device), tables, rd)
 
 
 class RotateFunction(torch.autograd.Function):
@@ -151,24 +164,36 @@ class RotateFunction(torch.autograd.Function):
     The Jacobian of eq. 34 is the (attention-factor scaled) rotation A R(theta); its transpose is
     A R(-theta), i.e. the same kernel with ``sin`` negated (flash-attn ``ApplyRotaryEmb.backward``,
     ``conjugate=True``). Gradients w.r.t. cos/sin are not produced (positions are not differentiable).
+    On CPU both directions run :func:`rotate_blocked`, and the backward reuses the forward's
+    :class:`EagerTables` (``tables``: one already built for ``cos``/``sin``, e.g. shared by q and k).
     """
 
     @staticmethod
-    def forward(ctx, x, cos, sin, layout, rd, compute, kernel="torch"):  # type: ignore[override]
+    def forward(ctx, x, cos, sin, layout, rd, compute, kernel="torch", tables=None):  # type: ignore[override]
         ctx.save_for_backward(cos, sin)
         ctx.layout, ctx.rd, ctx.compute, ctx.kernel = layout, rd, compute, kernel
-        return _rotate(x, cos, sin, layout, rd, compute, kernel)
+        compiling = torch.compiler.is_compiling()
+        if tables is None and kernel == "torch" and _on_cpu(x, cos, sin) and not compiling:
+            tables = EagerTables(cos, sin, layout, compute)
+        y = _rotate(x, cos, sin, layout, rd, compute, kernel, tables)
+        if tables is not None:
+            tables._scratch = None  # not kept alive until the backward (only the tables are)
+        ctx.tables = tables
+        return y
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
         cos, sin = ctx.saved_tensors
         # The backward is itself a RotateFunction, so it is differentiable (double backward,
         # ``create_graph=True``, ``gradgradcheck``); without a graph to build it is the bare kernel.
+        inverse = None if ctx.tables is None else ctx.tables.inverse()
         if torch.is_grad_enabled() and grad.requires_grad:
-            gx = RotateFunction.apply(grad, cos, -sin, ctx.layout, ctx.rd, ctx.compute, ctx.kernel)
+            gx = RotateFunction.apply(grad, cos, -sin, ctx.layout, ctx.rd, ctx.compute, ctx.kernel, inverse)
+        elif inverse is not None:  # CPU: the inverse tables already hold -sin
+            gx = _rotate_new(grad, inverse, ctx.rd)
         else:
             gx = _rotate(grad, cos, -sin, ctx.layout, ctx.rd, ctx.compute, ctx.kernel)
-        return gx, None, None, None, None, None, None
+        return gx, None, None, None, None, None, None, None
 
 
 # -- the blocked eager CPU kernel (apply, rotate, the module and the kernel shapes) -------------------------
@@ -198,6 +223,14 @@ class EagerTables:
         self.layout, self.compute = layout, compute
         self._full: torch.Tensor | None = None
         self._complex: torch.Tensor | None = None
+        self._scratch: torch.Tensor | None = None  # work blocks of rotate_blocked, reused while alive
+
+    def inverse(self) -> EagerTables:
+        """The tables of the inverse rotation (``sin`` negated), sharing ``cos`` and ``[cos, cos]``."""
+        inv = EagerTables.__new__(EagerTables)
+        inv.cos, inv.sin, inv.layout, inv.compute = self.cos, -self.sin, self.layout, self.compute
+        inv._full, inv._complex, inv._scratch = self._full, None, None
+        return inv
 
     def full_cos(self) -> torch.Tensor:
         if self._full is None:
@@ -232,9 +265,19 @@ def _part(t: torch.Tensor, axis: int, index: tuple) -> torch.Tensor:
     return t if index == (...,) or t.shape[axis] == 1 else t[index]
 
 
-def _scratch(first: torch.Size, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``count`` work blocks shaped like the first (largest) block, allocated once per tensor."""
-    return torch.empty((count,) + tuple(first), dtype=dtype, device=device)
+def _scratch(
+    first: torch.Size, count: int, dtype: torch.dtype, device: torch.device, tables: EagerTables | None = None
+) -> torch.Tensor:
+    """``count`` work blocks shaped like the first (largest) block: allocated once per tensor, or once
+    per :class:`EagerTables` (q and k of one call reuse one buffer; a fresh one costs page faults)."""
+    shape = (count,) + tuple(first)
+    if tables is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    n = count * first.numel()
+    buf = tables._scratch
+    if buf is None or buf.dtype != dtype or buf.device != device or buf.numel() < n:
+        buf = tables._scratch = torch.empty(n, dtype=dtype, device=device)
+    return buf[:n].view(shape)
 
 
 def _fit(t: torch.Tensor, axis: int, index: tuple, like: torch.Tensor) -> torch.Tensor:
@@ -278,10 +321,10 @@ def rotate_blocked(x: torch.Tensor, out: torch.Tensor, tables: EagerTables, rd: 
     convert = compute != x.dtype
     first = x[blocks[0]][..., :rd].shape
     if convert:
-        xw_all, work_all = _scratch(first, 2, compute, x.device)
+        xw_all, work_all = _scratch(first, 2, compute, x.device, tables)
         full = tables.full_cos()
     elif inplace:
-        saved_all = _scratch(first[:-1] + (rd // 2,), 1, x.dtype, x.device)[0]
+        saved_all = _scratch(first[:-1] + (rd // 2,), 1, x.dtype, x.device, tables)[0]
     else:
         full = tables.full_cos()
     for index in blocks:
@@ -319,6 +362,7 @@ def rotate_tables(
     *,
     blocked: bool = False,
     inplace: bool = False,
+    tables: EagerTables | None = None,
 ) -> torch.Tensor:
     """Rotate ``x`` with broadcastable half-width tables, choosing the autograd path and the kernel.
 
@@ -328,11 +372,13 @@ def rotate_tables(
     Triton kernel, :func:`~rope_ref.backends._torch_triton.rotate_triton`). ``blocked``: where
     :func:`eager_cpu` allows it, :func:`rotate_blocked` instead (same values, bit for bit; the public
     functions ask for it). ``inplace``: the result is written into ``x`` (only the elements of the
-    view) and ``x`` returned; otherwise a new contiguous tensor.
+    view) and ``x`` returned; otherwise a new contiguous tensor. ``tables``: an :class:`EagerTables` of
+    ``cos``/``sin`` in ``compute`` already built (shared by the tensors of one call), for the CPU kernels.
     """
     if blocked and eager_cpu(autograd, kernel, x, cos, sin):
         out = x if inplace else torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        return rotate_blocked(x, out, EagerTables(cos, sin, layout, compute), rd)
+        tables = EagerTables(cos, sin, layout, compute) if tables is None else tables
+        return rotate_blocked(x, out, tables, rd)
     check_kernel(kernel)
     if kernel == "triton" and not torch.compiler.is_compiling():  # compiled: the functional form runs
         check_triton(x, compute)
@@ -343,7 +389,7 @@ def rotate_tables(
             # Differentiable tables (e.g. learned positions): plain autograd covers them.
             y = rotate_reference(x, cos, sin, layout, rd, compute)
         else:
-            y = RotateFunction.apply(x, cos, sin, layout, rd, compute, kernel)
+            y = RotateFunction.apply(x, cos, sin, layout, rd, compute, kernel, tables)
     else:
-        y = _rotate(x, cos, sin, layout, rd, compute, kernel)
+        y = _rotate(x, cos, sin, layout, rd, compute, kernel, tables)
     return x.copy_(y) if inplace else y

@@ -247,14 +247,17 @@ def _apply_qk(
         check_triton(q, compute)
         qo, ko = rotate_triton_qk(q, k, cos, sin, cfg.layout, cfg.rotary_dim, compute)  # one launch
         return (q.copy_(qo), k.copy_(ko)) if inplace else (qo, ko)
+    # On CPU one table (cos/sin in the compute dtype, [cos, cos]) serves q and k, forward and backward.
+    cpu = kernel == "torch" and q.device.type == "cpu" and not torch.compiler.is_compiling()
+    tables = EagerTables(cos, sin, cfg.layout, compute) if cpu else None
     if not eager_cpu(autograd, kernel, q, k, cos, sin):
+        layout, rd = cfg.layout, cfg.rotary_dim
         return tuple(
-            rotate_tables(t, cos, sin, cfg.layout, cfg.rotary_dim, compute, autograd, kernel, inplace=inplace)
+            rotate_tables(t, cos, sin, layout, rd, compute, autograd, kernel, inplace=inplace, tables=tables)
             for t in (q, k)
         )
-    # Eager CPU: one table (cos/sin in the compute dtype, [cos, cos]) for both; when q and k (and their
-    # outputs) are neighbours in one buffer, both are rotated as one view, in one pass of blocks.
-    tables = EagerTables(cos, sin, cfg.layout, compute)
+    # Eager CPU: when q and k (and their outputs) are neighbours in one buffer, both are rotated as one
+    # view, in one pass of blocks.
     if inplace:
         qo, ko = q, k
     elif outs is not None:

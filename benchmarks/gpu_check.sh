@@ -31,7 +31,7 @@ fi
 
 if [ "$have_cupy" = 1 ]; then
   echo "== GPU tests: cupy"
-  python -m pytest -q -m gpu tests/test_cupy_backend.py -p no:cacheprovider || status=1
+  python -m pytest -q -m gpu tests/backends/test_cupy_backend.py -p no:cacheprovider || status=1
   for p in fp32 fp16 bf16; do
     echo "== conformance: cupy $p"
     rope-ref conformance run --backend cupy --precision "$p" -q \
@@ -43,7 +43,7 @@ fi
 
 if [ "$have_torch" = 1 ]; then
   echo "== GPU tests: torch"
-  python -m pytest -q -m gpu tests/test_torch_backend.py tests/test_torch_conformance.py \
+  python -m pytest -q -m gpu tests/backends/test_torch_backend.py tests/backends/test_torch_conformance.py \
     -p no:cacheprovider || status=1
   for p in fp32 fp16 bf16; do
     echo "== conformance: torch:cuda $p"
@@ -52,7 +52,7 @@ if [ "$have_torch" = 1 ]; then
   done
   if python -c "import triton" 2>/dev/null; then
     echo "== GPU tests: the torch adapter's Triton kernel (compiled)"
-    python -m pytest -q -rs tests/test_torch_triton_kernel.py -p no:cacheprovider || status=1
+    python -m pytest -q -rs tests/backends/test_torch_triton_kernel.py -p no:cacheprovider || status=1
     for p in fp32 fp16 bf16 fp64; do
       echo "== conformance: torch:triton $p"
       rope-ref conformance run --backend torch:triton --precision "$p" -q \

@@ -170,6 +170,54 @@ def _custom_config(args: argparse.Namespace):
         raise ValueError(f"--hf-config {args.hf_config}: a value is out of range ({exc})") from None
 
 
+#: model family (rope_ref.hf_config.model_family) -> (module of its from_hf, takes layout=)
+_READERS = {
+    "mrope": ("rope_ref.mrope", False),
+    "vision": ("rope_ref.vision_rope", False),
+    "mla": ("rope_ref.mla", True),
+    "layers": ("rope_ref.layers", True),
+    "chatglm-2d": ("rope_ref.multiaxis", True),
+}
+
+
+def _custom_model(args: argparse.Namespace):
+    """``(family, model, case-id prefix)``: a --preset or a 1D --hf-config is a RopeConfig (family
+    ``rope``); any other --hf-config is read by its family's ``from_hf`` (layout from the model type)."""
+    if args.hf_config:
+        import importlib
+
+        from ..hf_config import model_family
+
+        config = read_json_config(args.hf_config)
+        try:
+            family = model_family(config)
+        except (ValueError, TypeError, KeyError):
+            family = "rope"  # the 1D reader gives the precise message
+        if family in _READERS:
+            module, takes_layout = _READERS[family]
+            reader = importlib.import_module(module).from_hf
+            try:
+                model = reader(config, layout=args.layout) if takes_layout else reader(config)
+            except (OverflowError, RecursionError) as exc:
+                raise ValueError(f"--hf-config {args.hf_config}: a value is out of range ({exc})") from None
+            return family, model, _model_name(args, config)
+    cfg, name = _custom_config(args)
+    return "rope", cfg, name
+
+
+def _family_cases(args: argparse.Namespace, family: str, model, name: str) -> list:
+    """Cases of a multi-axis, MLA or per-layer model (``cases.custom.family_cases``)."""
+    from .cases.custom import CUSTOM_OPS, family_cases
+
+    bad = [f"--{f}" for f in ("shape", "positions") if getattr(args, f) is not None]
+    if family != "layers" and args.ops is not None:
+        bad.append("--ops")
+    if bad:
+        raise ValueError(f"{', '.join(bad)} apply only to 1D RoPE configs, not to this {family} config")
+    kw = {"ops": _parse_ops(args.ops, CUSTOM_OPS)} if args.ops else {}
+    return family_cases(family, model, name=name, io_dtype=canonical_dtype(args.dtype, "--dtype"), **kw)
+
+
 def _parse_shape(spec: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(s) for s in spec.split(","))
@@ -214,19 +262,23 @@ def _generate(args: argparse.Namespace) -> int:
         from ..cli.common import parse_positions
 
         shape = _parse_shape(args.shape) if args.shape else None
-        cfg, name = _custom_config(args)
+        family, model, name = _custom_model(args)
+        if family != "rope":
+            cases = _family_cases(args, family, model, name)
+        cfg = model
         positions = parse_positions(args.positions) if args.positions else None
         if shape is None and positions is not None:
             shape = (1, positions.shape[0], 2, cfg.head_dim)
         ops = _parse_ops(args.ops, catalogue.CUSTOM_OPS) if args.ops else list(catalogue.CUSTOM_OPS)
-        cases = catalogue.custom_cases(
-            cfg,
-            shape=shape,
-            positions=positions,
-            io_dtype=canonical_dtype(args.dtype, "--dtype"),
-            ops=ops,
-            name=name,
-        )
+        if family == "rope":
+            cases = catalogue.custom_cases(
+                cfg,
+                shape=shape,
+                positions=positions,
+                io_dtype=canonical_dtype(args.dtype, "--dtype"),
+                ops=ops,
+                name=name,
+            )
         source = "custom"
     out = golden.write_golden(
         cases,

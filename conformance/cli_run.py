@@ -1,4 +1,5 @@
-"""``rope-ref conformance run``: check a backend against the golden vectors, report, set the exit code.
+"""``rope-ref conformance run``: check a backend against the golden vectors, report, set the exit code;
+``rope-ref conformance judge``: the same for outputs another program wrote (:mod:`.judge`).
 
 Exit status: 0 when no case failed, 1 when at least one failed, 2 for usage errors (unknown backend,
 ``-k`` matching nothing, unreadable xfail file) and a golden set over a ``--limit``, 3 for a corrupt,
@@ -62,8 +63,6 @@ def _check_report_path(path: str, flag: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .cli_golden import add_limit_argument
-
     sub = parser.add_subparsers(dest="conformance_command", metavar="ACTION")
     sub.required = True
     p = sub.add_parser(
@@ -75,8 +74,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backend",
         required=True,
         help="built-in name (numpy, torch, torch:cuda, cupy, array-api:<module>), module:attr, "
-        "or a name registered in the 'rope_ref.backends' entry-point group",
+        "path/to/file.py:Class, or a name registered in the 'rope_ref.backends' entry-point group",
     )
+    _common_arguments(p)
+    p.add_argument(
+        "--timeout", type=float, default=None, metavar="S", help="per-case timeout in seconds (default 60)"
+    )
+    p.set_defaults(_conformance=_run)
+    j = sub.add_parser(
+        "judge",
+        help="judge outputs written by another program (a C/C++/Rust port) against a golden set",
+        description="Judge the outputs a program wrote (one <case id>.safetensors or .npz per case, "
+        "docs/golden-format.md) with the tolerance model, report and exit statuses of 'run'.",
+    )
+    j.add_argument("--outputs", required=True, metavar="DIR", help="directory of the program's outputs")
+    _common_arguments(j)
+    for flag in ("--angle-dtype", "--compute-dtype"):
+        j.add_argument(
+            flag,
+            default=None,
+            choices=("float64", "float32", "float16", "bfloat16"),
+            help=f"{flag[2:].replace('-', ' ')} the port used (default: float64 for fp64, else float32)",
+        )
+    j.set_defaults(_conformance=_run)
+
+
+def _common_arguments(p: argparse.ArgumentParser) -> None:
+    """The options ``run`` and ``judge`` share."""
+    from .cli_golden import add_limit_argument
+
     p.add_argument(
         "--precision",
         default=None,
@@ -96,9 +122,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json-report", default=None, metavar="F", help="write a JSON report to F")
     p.add_argument("--junit-xml", default=None, metavar="F", help="write a JUnit XML report to F")
-    p.add_argument(
-        "--timeout", type=float, default=None, metavar="S", help="per-case timeout in seconds (default 60)"
-    )
     add_limit_argument(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.add_argument("--list", action="store_true", help="list the selected case ids and exit")
@@ -107,33 +130,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fail the run (exit 1) when any applicable case is unsupported by the backend",
     )
-    p.set_defaults(_conformance=_run)
 
 
 def run(args: argparse.Namespace) -> int:
     return int(args._conformance(args) or 0)
-
-
-#: Most distinct skip/unsupported reasons printed; the rest are counted (all are in --json-report).
-MAX_REASON_LINES = 12
-
-
-def _reason_lines(results) -> list[str]:
-    """One line per distinct reason a group of cases was skipped or unsupported, largest group first."""
-    groups: dict[tuple[str, str], int] = {}
-    for r in results:
-        if r.status in ("skipped", "unsupported"):
-            key = (r.status, " ".join((r.message or "no reason given").split()))
-            groups[key] = groups.get(key, 0) + 1
-    ordered = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
-    lines = [f"{n} {status}: {reason}" for (status, reason), n in ordered[:MAX_REASON_LINES]]
-    rest = ordered[MAX_REASON_LINES:]
-    if rest:
-        lines.append(
-            f"{sum(n for _, n in rest)} more skipped/unsupported for {len(rest)} other reason(s); "
-            f"see --json-report"
-        )
-    return lines
 
 
 def _load_xfails(loader, path: str) -> dict[str, str]:
@@ -159,7 +159,7 @@ def _run(args: argparse.Namespace) -> int:
     from .runner import DEFAULT_TIMEOUT, Runner, load_xfails, progress_printer, select_cases
 
     out, err = sys.stdout, sys.stderr
-    timeout = _check_timeout(args.timeout)
+    timeout = _check_timeout(getattr(args, "timeout", None))
     precision = _SHORT[args.precision] if args.precision is not None else None
     if not args.list:
         for path, flag in ((args.json_report, "--json-report"), (args.junit_xml, "--junit-xml")):
@@ -183,57 +183,65 @@ def _run(args: argparse.Namespace) -> int:
             needs = f", runs after {', '.join(c.requires)}" if c.requires else ""
             print(f"{c.id}  [{c.op}, {c.bug_class}{needs}]", file=out)
         return 0
-    try:
-        backend = get_backend(args.backend, precision)
-    except BackendNotFound as exc:
-        print(f"rope-ref conformance: error: {exc}", file=err)
-        return 2
-    except BackendUnavailable as exc:
-        print(f"rope-ref conformance: backend {args.backend!r} is unavailable here: {exc}", file=err)
-        return 2
-    runner = Runner(
-        backend,
-        timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
-        spec=args.backend,
-        precision=precision,
-        golden=args.golden,
-    )
+    timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
+    if getattr(args, "conformance_command", "run") == "judge":
+        if not os.path.isdir(args.outputs):
+            print(f"rope-ref conformance: error: --outputs {args.outputs}: not a directory", file=err)
+            return 2
+        from .judge import OutputsJudge, RecordedOutputs
+
+        backend = RecordedOutputs(args.outputs, _judge_policy(precision or "fp32", args))
+        runner = OutputsJudge(backend, timeout=timeout, spec="judge", precision=precision, golden=args.golden)
+    else:
+        try:
+            backend = get_backend(args.backend, precision)
+        except BackendNotFound as exc:
+            print(f"rope-ref conformance: error: {exc}", file=err)
+            return 2
+        except BackendUnavailable as exc:
+            print(f"rope-ref conformance: backend {args.backend!r} is unavailable here: {exc}", file=err)
+            return 2
+        runner = Runner(backend, timeout=timeout, spec=args.backend, precision=precision, golden=args.golden)
     print(f"backend: {backend!r}", file=out)
     print(f"golden:  {args.golden or 'shipped set'} ({len(cases)} cases)", file=out)
+    if select_cases(cases, args.select):
+        print(applicability_line(cases, runner, args.select), file=out)
     report = runner.run(
         cases, select=args.select, xfails=xfails, progress=None if args.quiet else progress_printer(err)
     )
     if not report.results:
         print(f"rope-ref conformance: no case id matches -k {args.select!r}", file=err)
         return 2
-    print("", file=out)
-    print(report.summary_table(), file=out)
-    details = report.failure_details()
-    if details:
-        print(details + "\n", file=out)
     for warning in report.warnings:
         print(f"warning: {warning}", file=err)
     if args.json_report:
         report.write_json(args.json_report)
     if args.junit_xml:
         report.write_junit_xml(args.junit_xml)
-    for line in _reason_lines(report.results):
-        print(line, file=out)
-    c = report.counts()
     require_all = bool(getattr(args, "require_all", False))
-    ok = report.ok and (report.complete or not require_all)
-    verdict = "FAILED" if not ok else "PASSED"
-    applicable = len(report.applicable)
-    ran = applicable - c["unsupported"]
-    borrowed = sum(r.borrowed for r in report.results)
-    note = f"; {ran} of {applicable} applicable cases ran"
-    if c["unsupported"]:
-        note += f", {c['unsupported']} unsupported (not counted as passed"
-        note += ", --require-all: this fails the run)" if require_all else ")"
-    if borrowed:
-        note += f"; {borrowed} passed on tables taken from the oracle (not counted as the backend's own)"
-    print(f"{verdict}: {report.headline()}{note}", file=out)
-    coverage = report.coverage_table()
-    if coverage:
-        print("\n" + coverage, file=out)
-    return 0 if ok else 1
+    print("\n" + report.text(require_all), file=out)
+    return 0 if report.ok_under(require_all) else 1
+
+
+def _judge_policy(short: str, args: argparse.Namespace):
+    """The precision the judged port declares: I/O dtype from --precision, angle and compute dtypes from
+    --angle-dtype / --compute-dtype (default float64 for fp64, float32 otherwise)."""
+    from rope_ref.precision import PrecisionPolicy
+
+    io = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[short]
+    inner = "float64" if short == "fp64" else "float32"
+    return PrecisionPolicy(io, args.angle_dtype or inner, args.compute_dtype or inner)
+
+
+def applicability_line(cases, runner, select: str | None = None) -> str:
+    """Said before the run: how many selected cases apply to the backend's I/O dtype, how many are
+    skipped because their inputs were generated for another one."""
+    from .runner import select_cases
+
+    chosen = select_cases(cases, select)
+    n = sum(runner.applies(c) for c in chosen)
+    io = runner.backend.precision.io_dtype
+    line = f"cases:   {n} of {len(chosen)} apply to I/O dtype {io}"
+    if n < len(chosen):
+        line += f"; {len(chosen) - n} will be skipped (generated for another I/O dtype)"
+    return line

@@ -7,14 +7,23 @@ also looks for ``module:attr`` modules in the current directory): a backend that
 built stops the run with one usage error instead of an error per case; one that is unavailable here
 (library or device missing) makes every case skip with the reason. It imports nothing heavy otherwise,
 so it is harmless in every other pytest run. The tests live in ``test_conformance.py`` next to this
-file and run the same :class:`~rope_ref.conformance.runner.Runner` as ``rope-ref conformance run``.
+file and run the same :class:`~rope_ref.conformance.runner.Runner` as ``rope-ref conformance run``;
+at the end of the session the plugin prints the same coverage table, skip/unsupported reasons and
+verdict line as that command (unsupported cases are pytest skips, but are counted apart there).
 """
 
 from __future__ import annotations
 
-__all__ = ["pytest_addoption", "pytest_configure", "configured_backend"]
+__all__ = [
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_terminal_summary",
+    "configured_backend",
+    "record_result",
+]
 
 _BACKEND_ATTR = "_rope_ref_backend"
+_RESULTS_ATTR = "_rope_ref_results"
 
 
 def pytest_addoption(parser) -> None:
@@ -63,3 +72,26 @@ def pytest_configure(config) -> None:
 def configured_backend(config):
     """The backend resolved at start-up: a Backend, a ``BackendUnavailable`` error, or ``None``."""
     return getattr(config, _BACKEND_ATTR, None)
+
+
+def record_result(config, result) -> None:
+    """Keep one case's :class:`~rope_ref.conformance.report.CaseResult` for the end-of-session summary."""
+    results = getattr(config, _RESULTS_ATTR, None)
+    if results is None:
+        results = []
+        setattr(config, _RESULTS_ATTR, results)
+    results.append(result)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The conformance report's coverage table, reasons and verdict line, as ``conformance run`` ends."""
+    results = getattr(config, _RESULTS_ATTR, None)
+    if not results:
+        return
+    from rope_ref.conformance.report import SuiteReport
+
+    report = SuiteReport({}, list(results), [], sum(r.duration for r in results))
+    terminalreporter.section("rope-ref conformance")
+    for chunk in (report.reason_lines(), [report.coverage_table(), ""], [report.verdict_line()]):
+        for line in "\n".join(chunk).splitlines():
+            terminalreporter.write_line(line)

@@ -8,6 +8,8 @@ Names resolve in this order:
    ``sys.path``, the current working directory is added to the front of ``sys.path`` (as ``python -m``
    does) and the import is retried, so ``--backend my_backend:MyBackend`` finds ``./my_backend.py``
    under ``rope-ref conformance run`` and under ``pytest --pyargs rope_ref.conformance`` alike;
+   ``path/to/file.py:attr`` imports that file (its folder first on ``sys.path``); a missing file or
+   attribute is a one-line error;
 3. the entry-point group ``rope_ref.backends`` (the entry's name is the backend name).
 
 Each built-in lives in a module exposing ``make_backend(precision=None, **options)`` and
@@ -104,6 +106,37 @@ def _import_user_module(module_name: str):
     return importlib.import_module(module_name)
 
 
+def _is_file_spec(name: str) -> bool:
+    """``path/to/file.py:Class`` (a path to a Python file, not a module name)."""
+    path = name.rpartition(":")[0]
+    return path.endswith(".py") or "/" in path or os.sep in path
+
+
+def _import_file(name: str, path: str):
+    """Import the Python file at ``path`` as a module of its own (its directory first on ``sys.path``, so
+    it can import its neighbours); a missing file is a one-line :class:`BackendNotFound`."""
+    file = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(file):
+        raise BackendNotFound(f"backend {name!r}: no such file {path}")
+    module_name = "rope_ref_user_backend_" + "".join(
+        ch if ch.isalnum() else "_" for ch in os.path.splitext(os.path.basename(file))[0]
+    )
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise BackendNotFound(f"backend {name!r}: {path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    folder = os.path.dirname(file)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
+
+
 class BackendNotFound(BackendUnavailable, ValueError):
     """The backend names a module that does not exist (a typo, usually): a usage error, not a missing
     device. A :class:`BackendUnavailable` (and a ``ValueError``) for callers that catch either."""
@@ -138,6 +171,12 @@ def get_backend(name: str, precision: str | None = None) -> Backend:
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             return _instantiate(ep.load(), name, precision)
+    if ":" in name and _is_file_spec(name):
+        path, _, attr = name.rpartition(":")
+        obj = getattr(_import_file(name, path), attr, None)
+        if obj is None:
+            raise BackendNotFound(f"backend {name!r}: file {path} defines no {attr!r}")
+        return _instantiate(obj, name, precision)
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:

@@ -26,8 +26,7 @@ import shlex
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +34,11 @@ import numpy as np
 
 from . import kernel_shapes, multimodal
 from .case import Case
+from .diagnose import diagnose, exact_detail
 from .kernel_shapes import KERNEL_OPS
 from .multimodal import MULTIMODAL_OPS
-from .protocol import UNSUPPORTED_REASONS, Backend, Unsupported
+from .protocol import Backend, Unsupported
+from .report import STATUSES, CaseResult, SuiteReport
 from .tolerance import Comparison, check_case
 
 __all__ = [
@@ -51,8 +52,6 @@ __all__ = [
     "select_cases",
 ]
 
-#: Outcome of one case. Only ``failed`` (and ``xpassed`` in strict mode) makes a run fail.
-STATUSES = ("passed", "failed", "unsupported", "skipped", "xfailed", "xpassed")
 _PROGRESS_CHAR = {
     "passed": ".",
     "failed": "F",
@@ -85,68 +84,11 @@ class _CaseFailure(Exception):
         self.kind = kind
 
 
-@dataclass
-class CaseResult:
-    """What happened to one case."""
+class _NotDeclaredInPlace(Unsupported):
+    """An in-place case of an operation the backend has but does not list in ``inplace_ops``."""
 
-    case_id: str
-    op: str
-    bug_class: str
-    status: str
-    duration: float = 0.0
-    kind: str = ""  # failure kind: mismatch, exception, timeout, shape, dtype, non-finite, mutation
-    message: str = ""
-    comparisons: list[Comparison] = field(default_factory=list)
-    reproducer: str = ""
-    xfail_reason: str = ""
-    #: for unsupported cases: a key of protocol.UNSUPPORTED_REASONS (operation, config, dtype)
-    unsupported_reason: str = ""
-    #: passed, but on values the backend takes from the oracle (``Backend.oracle_tables``)
-    borrowed: bool = False
-
-    @property
-    def worst(self) -> Comparison | None:
-        """The failing comparison with the largest error/tolerance ratio, if any."""
-        bad = [c for c in self.comparisons if not c.passed]
-        return max(bad, key=lambda c: c.ratio) if bad else None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.case_id,
-            "op": self.op,
-            "bug_class": self.bug_class,
-            "status": self.status,
-            "duration_s": round(self.duration, 6),
-        }
-        if self.kind:
-            out["kind"] = self.kind
-        if self.message:
-            out["message"] = self.message
-        if self.xfail_reason:
-            out["xfail_reason"] = self.xfail_reason
-        if self.unsupported_reason:
-            out["unsupported_reason"] = self.unsupported_reason
-        if self.borrowed:
-            out["borrowed"] = True
-        if self.reproducer:
-            out["reproducer"] = self.reproducer
-        worst = self.worst
-        if worst is not None:
-            out["worst"] = {
-                "output": worst.output,
-                "index": list(worst.index or ()),
-                "expected": _json_float(worst.expected),
-                "got": _json_float(worst.got),
-                "tolerance": _json_float(worst.tol),
-                "ratio": _json_float(worst.ratio),
-                "n_bad": worst.n_bad,
-                "n_total": worst.n_total,
-            }
-        return out
-
-
-def _json_float(value: float) -> float | str:
-    return value if np.isfinite(value) else str(value)
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "operation")
 
 
 # -- xfails ---------------------------------------------------------------------------------------------
@@ -224,179 +166,6 @@ def _xfail_reason(case_id: str, xfails: dict[str, str]) -> tuple[str, str] | Non
 # -- the report -------------------------------------------------------------------------------------------
 
 
-@dataclass
-class SuiteReport:
-    """All results of one run, plus what is needed to print, serialise or reproduce them."""
-
-    backend: dict[str, str]
-    results: list[CaseResult]
-    warnings: list[str]
-    duration: float
-    golden: str = "shipped"
-
-    def counts(self, results: Iterable[CaseResult] | None = None) -> dict[str, int]:
-        counts = dict.fromkeys(STATUSES, 0)
-        for r in self.results if results is None else results:
-            counts[r.status] += 1
-        return counts
-
-    @property
-    def failures(self) -> list[CaseResult]:
-        return [r for r in self.results if r.status == "failed"]
-
-    @property
-    def ok(self) -> bool:
-        """True when no case failed (unsupported, skipped and xfailed cases do not fail a run)."""
-        return not self.failures
-
-    def summary_table(self) -> str:
-        """Counts per operation and per bug class, one table each."""
-        lines = []
-        for title, key in (("operation", lambda r: r.op), ("bug class", lambda r: r.bug_class)):
-            groups: dict[str, list[CaseResult]] = {}
-            for r in self.results:
-                groups.setdefault(key(r), []).append(r)
-            width = max([len(title)] + [len(g) for g in groups])
-            cols = ("passed", "failed", "unsupported", "skipped", "xfailed", "xpassed")
-            head = f"{title:<{width}}  " + "  ".join(f"{c:>11}" for c in cols) + f"  {'total':>6}"
-            lines += [head, "-" * len(head)]
-            for name in sorted(groups):
-                c = self.counts(groups[name])
-                lines.append(
-                    f"{name:<{width}}  "
-                    + "  ".join(f"{c[s]:>11}" for s in cols)
-                    + f"  {len(groups[name]):>6}"
-                )
-            c = self.counts()
-            lines.append(
-                f"{'all':<{width}}  " + "  ".join(f"{c[s]:>11}" for s in cols) + f"  {len(self.results):>6}"
-            )
-            lines.append("")
-        return "\n".join(lines)
-
-    def failure_details(self) -> str:
-        """One block per failed case: id, what failed, the worst element, and a reproducer."""
-        blocks = []
-        for r in self.failures:
-            block = [f"FAILED {r.case_id}  [{r.op}, bug class: {r.bug_class}, {r.kind}]"]
-            worst = r.worst
-            if worst is not None:
-                block.append(
-                    f"  worst element {worst.output}[{', '.join(map(str, worst.index or ()))}]: "
-                    f"expected {worst.expected:.9g}, got {worst.got:.9g}, tolerance {worst.tol:.3g}, "
-                    f"error/tolerance {worst.ratio:.3g} ({worst.n_bad} of {worst.n_total} elements out)"
-                )
-                if worst.note:
-                    block.append(f"  note: {worst.note}")
-            if r.message and (worst is None or r.kind != "mismatch"):
-                block.extend("  " + line for line in r.message.splitlines()[-6:])
-            block.append(f"  reproduce: {r.reproducer}")
-            blocks.append("\n".join(block))
-        return "\n\n".join(blocks)
-
-    @property
-    def applicable(self) -> list[CaseResult]:
-        """Results of cases written for this backend's I/O dtype (every status but ``skipped``)."""
-        return [r for r in self.results if r.status != "skipped"]
-
-    @property
-    def complete(self) -> bool:
-        """True when no applicable case was unsupported (``--require-all``)."""
-        return not any(r.status == "unsupported" for r in self.results)
-
-    def coverage_table(self) -> str:
-        """Per bug class: applicable cases, how many ran, passed (own / borrowed), failed, unsupported and
-        why; a class whose every case is unsupported is marked ``NOT COVERED``."""
-        groups: dict[str, list[CaseResult]] = {}
-        for r in self.applicable:
-            groups.setdefault(r.bug_class, []).append(r)
-        if not groups:
-            return ""
-        width = max(len("bug class"), *(len(g) for g in groups))
-        cols = ("cases", "ran", "passed", "borrowed", "failed", "unsupp.")
-        head = f"{'bug class':<{width}}  " + "  ".join(f"{c:>8}" for c in cols) + "  unsupported because"
-        lines = ["coverage (applicable cases per bug class):", head, "-" * len(head)]
-        for name in sorted(groups):
-            rs = groups[name]
-            unsupported = [r for r in rs if r.status == "unsupported"]
-            ran = len(rs) - len(unsupported)
-            borrowed = sum(r.borrowed for r in rs)
-            passed = sum(r.status in ("passed", "xpassed") and not r.borrowed for r in rs)
-            failed = sum(r.status in ("failed", "xfailed") for r in rs)
-            why: dict[str, int] = {}
-            for r in unsupported:
-                label = UNSUPPORTED_REASONS.get(r.unsupported_reason, "not implemented")
-                why[label] = why.get(label, 0) + 1
-            reasons = ", ".join(f"{n} {label}" for label, n in sorted(why.items()))
-            if unsupported and not ran:
-                reasons = "NOT COVERED: " + reasons
-            row = (len(rs), ran, passed, borrowed, failed, len(unsupported))
-            lines.append(f"{name:<{width}}  " + "  ".join(f"{v:>8}" for v in row) + f"  {reasons}".rstrip())
-        return "\n".join(lines)
-
-    def headline(self) -> str:
-        c = self.counts()
-        parts = [f"{c[s]} {s}" for s in STATUSES if c[s]]
-        return f"{', '.join(parts) or 'no cases'} in {self.duration:.2f}s"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": "rope-ref-conformance-report/1",
-            "backend": self.backend,
-            "golden": self.golden,
-            "duration_s": round(self.duration, 3),
-            "counts": self.counts(),
-            "applicable": len(self.applicable),
-            "ok": self.ok,
-            "complete": self.complete,
-            "warnings": list(self.warnings),
-            "cases": [r.to_dict() for r in self.results],
-        }
-
-    def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
-
-    def write_junit_xml(self, path: str | Path) -> None:
-        """JUnit XML (one ``testcase`` per case, ``classname`` = operation) for CI dashboards."""
-        import xml.etree.ElementTree as ET
-
-        c = self.counts()
-        suite = ET.Element(
-            "testsuite",
-            name=f"rope-ref conformance ({self.backend.get('name', '?')})",
-            tests=str(len(self.results)),
-            failures=str(c["failed"]),
-            errors="0",
-            skipped=str(c["unsupported"] + c["skipped"] + c["xfailed"]),
-            time=f"{self.duration:.3f}",
-        )
-        props = ET.SubElement(suite, "properties")
-        for key, value in self.backend.items():
-            ET.SubElement(props, "property", name=f"backend.{key}", value=str(value))
-        for r in self.results:
-            tc = ET.SubElement(
-                suite,
-                "testcase",
-                classname=f"rope_ref.conformance.{r.op}",
-                name=r.case_id,
-                time=f"{r.duration:.6f}",
-            )
-            if r.status == "failed":
-                worst = r.worst
-                summary = worst.describe() if worst is not None else r.message.splitlines()[-1:] or [r.kind]
-                el = ET.SubElement(
-                    tc, "failure", type=r.kind, message=summary if isinstance(summary, str) else summary[0]
-                )
-                el.text = (r.message + "\n" if r.message else "") + f"reproduce: {r.reproducer}"
-            elif r.status in ("unsupported", "skipped", "xfailed"):
-                why = UNSUPPORTED_REASONS.get(r.unsupported_reason, "")
-                status = f"{r.status} ({why})" if why else r.status
-                ET.SubElement(tc, "skipped", message=f"{status}: {r.xfail_reason or r.message}")
-            elif r.status == "xpassed":
-                ET.SubElement(tc, "system-out").text = f"stale xfail (passed): {r.xfail_reason}"
-        ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
-
-
 # -- running ---------------------------------------------------------------------------------------------
 
 
@@ -468,7 +237,7 @@ class Runner:
 
         def work() -> None:
             try:
-                box["value"] = self._execute(case)
+                box["value"] = self._execute(case, box)
             except BaseException as exc:  # noqa: BLE001 - every backend error becomes a recorded result
                 box["error"] = exc
                 box["trace"] = traceback.format_exc()
@@ -507,6 +276,8 @@ class Runner:
             bad = [c for c in result.comparisons if not c.passed]
             result.borrowed = not bad and case.op in (getattr(self.backend, "oracle_tables", None) or ())
             if bad:
+                result.diagnosis = box.get("diagnosis", "")
+                result.detail = box.get("detail", "")
                 result.status = "failed"
                 nonfinite = any("non-finite" in c.note for c in bad)
                 result.kind = "non-finite" if nonfinite else "mismatch"
@@ -516,12 +287,19 @@ class Runner:
     def _unsupported_reason(self, op: str, error: NotImplementedError) -> str:
         """``Unsupported.reason``; else "operation" when the method is the protocol's own stub (or absent),
         "config" when the backend's own method raised."""
+        if isinstance(error, _NotDeclaredInPlace):
+            return "inplace"
         if isinstance(error, Unsupported):
             return error.reason
-        mine = getattr(type(self.backend), op, None)
-        return "operation" if mine is None or mine is getattr(Backend, op, None) else "config"
+        return "operation" if self._stub(op) else "config"
 
-    def _execute(self, case: Case) -> list[Comparison]:
+    def _stub(self, op: str) -> bool:
+        """True when the backend does not implement ``op`` (absent, or the protocol's own stub)."""
+        mine = getattr(type(self.backend), op, None)
+        return mine is None or mine is getattr(Backend, op, None)
+
+    def _execute(self, case: Case, notes: dict | None = None) -> list[Comparison]:
+        """Run one case and judge it; ``notes`` receives the ``diagnosis`` and ``detail`` of a failure."""
         if case.op in KERNEL_OPS:
             return self._execute_kernel_shape(case)
         b = self.backend
@@ -538,7 +316,17 @@ class Runner:
         outputs = self._outputs(case, raw)
         self._check_mutation(case, originals, handed, converted, snapshots, activations)
         policy = b.precision_for(case.op) if hasattr(b, "precision_for") else b.precision
-        return check_case(case, outputs, policy)
+        comparisons = check_case(case, outputs, policy)
+        if notes is not None and not all(c.passed for c in comparisons):
+            self._note_failure(case, outputs, comparisons, policy, notes)
+        return comparisons
+
+    @staticmethod
+    def _note_failure(case: Case, outputs: dict, comparisons: list[Comparison], policy, notes: dict) -> None:
+        """The common bug a failing output most resembles, and a readable worst element."""
+        notes["diagnosis"] = diagnose(case, outputs, comparisons, policy)
+        bad = [c for c in comparisons if not c.passed]
+        notes["detail"] = exact_detail(case, outputs, max(bad, key=lambda c: c.ratio), policy)
 
     def _execute_kernel_shape(self, case: Case) -> list[Comparison]:
         """Issue 16 operations: views built by :func:`kernel_shapes.present`, in-place cases judged on the
@@ -546,7 +334,9 @@ class Runner:
         b = self.backend
         inplace = bool(case.params.get("inplace", False))
         if inplace and case.op not in (getattr(b, "inplace_ops", None) or ()):
-            raise Unsupported(f"{case.op} in place: the backend does not list it in inplace_ops", "operation")
+            if self._stub(case.op):
+                raise Unsupported("", "operation")  # reported as the out-of-place cases are
+            raise _NotDeclaredInPlace(f"{case.op} in place: the backend does not list it in inplace_ops")
         originals = {k: np.array(v, copy=True) for k, v in case.inputs.items()}
         io = b.precision.io_dtype if case.io_dtype is not None else None
         presented = kernel_shapes.present(b, case, io)

@@ -78,18 +78,23 @@ def _run_prerequisites(case, runner, by_id) -> None:
             runner.run_case(by_id[req])  # its own verdict is reported by its own test
 
 
-def test_case(rope_case, rope_runner, rope_xfails, rope_cases_by_id):
+def test_case(rope_case, rope_runner, rope_xfails, rope_cases_by_id, request):
+    from rope_ref.conformance.pytest_plugin import record_result
     from rope_ref.conformance.runner import SuiteReport, _xfail_reason
 
     _run_prerequisites(rope_case, rope_runner, rope_cases_by_id)
     result = rope_runner.run_case(rope_case)
+    match = _xfail_reason(rope_case.id, rope_xfails)
+    if match is not None and result.status in ("failed", "passed"):
+        result.status = "xfailed" if result.status == "failed" else "xpassed"
+        result.xfail_reason = match[1]
+    record_result(request.config, result)
     if result.status == "skipped":
         pytest.skip(result.message)
     if result.status == "unsupported":
         pytest.skip(f"unsupported (not a pass): {result.message}")
-    match = _xfail_reason(rope_case.id, rope_xfails)
     if match is not None:
-        if result.status == "failed":
+        if result.status == "xfailed":
             pytest.xfail(match[1])
         warnings.warn(f"stale xfail: {rope_case.id} passed (entry {match[0]!r}: {match[1]})", stacklevel=1)
     if result.status == "failed":

@@ -64,7 +64,7 @@ def _timed_probe(name: str, cls: str, timeout: float, variant: dict | None = Non
 
 
 def _is_vision(row: dict) -> bool:
-    return row.get("mechanism") == "vision 2D" or "vision" in row["class"].lower()
+    return str(row.get("mechanism", "")).startswith("vision 2D") or "vision" in row["class"].lower()
 
 
 def architecture_verdict(rows: list[dict]) -> dict:
@@ -111,6 +111,27 @@ def _variants(name: str, rows: list[dict], timeout: float) -> list[dict]:
     return out
 
 
+def _confirmed(name: str, verdict: dict) -> dict:
+    """A candidate finding with a reproducer ``peers/reproducers/hf_<name>_*.py`` that still exits 1 (the
+    behaviour is present in the installed transformers) is a finding."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent / "reproducers"
+    for script in sorted(here.glob(f"hf_{name}_*.py")):
+        try:
+            rc = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120).returncode
+        except subprocess.TimeoutExpired:
+            continue
+        if rc == 1:
+            rel = f"peers/reproducers/{script.name}"
+            return {
+                **verdict,
+                "verdict": "finding",
+                "detail": f"{verdict['detail']}; reproducer {rel} (exits 1)",
+            }
+    return verdict
+
+
 def scan(
     only: list[str] | None = None, timeout: float = 60.0, log=None, with_variants: bool = True
 ) -> list[dict]:
@@ -128,6 +149,8 @@ def scan(
             if log:
                 log(f"{name}.{cls}: {v['verdict']} {v.get('detail', '')[:120]}")
         verdict = architecture_verdict(rows)
+        if verdict["verdict"] == "candidate finding":
+            verdict = _confirmed(name, verdict)
         variants = _variants(name, rows, timeout) if with_variants else []
         if any(v["verdict"] == "candidate finding" for v in variants) and verdict["verdict"] == "agrees":
             verdict["verdict"] = "candidate finding"
@@ -158,7 +181,14 @@ def _markdown(page: dict) -> str:
         "and the module's own `apply_*rotary*` function rotates random q (float64 where the module moves to "
         "it); the oracle is configured from the same config (`rope_ref.hf_config.model_family`) and the "
         "output is judged by the tolerance model (docs/tolerance.md; angles float32 as transformers). "
-        "Layout: from the config where it decides it, else the layout the run finds (both are tried).",
+        "Layout: from the config where it decides it, else the layout the run finds (both are tried). "
+        'Vision-tower rotaries (`rope_type` "axial") are called on (row, column) patch ids of an 8x8 and '
+        "a 4x16 image and an 8x8 one moved to 500, applied by the module's vision apply function and "
+        "compared with `rope_ref.vision_rope.from_hf`; an architecture's verdict is its text rotaries' "
+        "(its vision rotaries' when it has no other). A *finding* is either a default config that cannot "
+        "run its own rotary, or a candidate finding whose reproducer `peers/reproducers/hf_<arch>_*.py` "
+        "still exits 1 on the installed transformers; a rotary whose `forward` takes no position ids "
+        "(positions from the input's shape or timestamps) is *not expressible* by the run's own rule.",
         "",
         f"**{len(archs)} architectures**, {sum(len(a['classes']) for a in archs)} rotary classes. "
         "Architecture verdicts:",

@@ -128,7 +128,7 @@ def _positions(max_pos: int | None) -> np.ndarray:
 def _apply_fn(mod, config, rot_name: str):
     funcs = {n: f for n, f in vars(mod).items() if inspect.isfunction(f) and n.startswith("apply_")}
     funcs = {n: f for n, f in funcs.items() if "rotary" in n or "rope" in n}
-    text = "vision" not in rot_name.lower()
+    text = "visionrotary" not in rot_name.lower().replace("_", "")
     want = []
     if getattr(config, "rope_interleave", False):
         want.append("apply_rotary_pos_emb_interleave")
@@ -187,12 +187,15 @@ def _oracle_specs(cfg_dict: Mapping[str, Any], layout: str | None, layer_types: 
 
     family = model_family(cfg_dict)
     if family == "mrope":
-        mt = str(cfg_dict.get("model_type", ""))
-        if mt.endswith("_text") and mt not in mrope._HF_TYPES:  # a text sub-config (from_hf gap)
-            cfg_dict = {**cfg_dict, "model_type": mt[: -len("_text")]}
         return family, {"default": mrope.from_hf(cfg_dict).rope}
     if family == "mla":
         return family, {"default": from_config(mla.from_hf(cfg_dict, layout=layout).rope)}
+    if family == "layers" and cfg_dict.get("layer_rope_theta") is not None:  # one rotary per distinct base
+        from rope_ref import layers
+
+        theta = (cfg_dict.get("rope_parameters") or {}).get("rope_theta")
+        ropes = [r for r in layers.from_hf(cfg_dict, layout=layout).ropes if r is not None]
+        return family, {"default": from_config(next((r for r in ropes if r.base == theta), ropes[0]))}
     if family in ("rope", "layers"):
         ropes = rope_configs_from_hf(cfg_dict, layout=layout)
         return family, {k: from_config(v) for k, v in ropes.items()}
@@ -251,13 +254,18 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
     if variant:
         config.rope_parameters = {**(config.rope_parameters or {}), **variant}
         rot = rot_cls(config)
-    vision = "vision" in rot_name.lower() or "vision" in type(config).__name__.lower()
-    if vision:
+    rp = getattr(config, "rope_parameters", None)
+    if isinstance(rp, Mapping) and rp.get("rope_type") == "axial":  # a 2D-patch-id vision rotary
+        return _probe_vision(mod, rot, config)
+    fwd_params = [p for p in inspect.signature(rot.forward).parameters if p != "self"]
+    if not any("position" in p for p in fwd_params):  # positions implied by the input's shape
         return Verdict(
-            verdict="error",
-            detail="not probed: vision-tower rotary (2D patch ids); the zoo drives text rotaries only so far",
+            verdict="not expressible",
+            detail=f"forward{tuple(fwd_params)} takes no position ids: the angles come from the input itself "
+            "(the spatial shape of an image's features or patch centres, or timestamps), not from token "
+            "positions; the zoo drives rotaries by position ids",
             ratio=None,
-            mechanism="vision 2D",
+            mechanism="input-derived positions",
         )
     fn_name, fn = _apply_fn(mod, config, rot_name)
     if fn is None:
@@ -270,6 +278,9 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
     if "layer_type" in fwd:
         rp = cfg_dict.get("rope_parameters") or {}
         layer_types = sorted(k for k, v in rp.items() if isinstance(v, Mapping)) or None
+        used = cfg_dict.get("layer_types")
+        if layer_types and isinstance(used, list) and set(used) & set(layer_types):
+            layer_types = sorted(set(used) & set(layer_types))  # the rotary builds the types in use only
     try:
         rot = rot.to(torch.float64)
         dtype = torch.float64
@@ -281,17 +292,37 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
     rng = np.random.default_rng(seed)
     results = []
     for lt in layer_types or [None]:
-        first = _hf_rotate(rot, mod, fn, config, pos, lt, dtype, rng)
+        try:
+            first = _hf_rotate(rot, mod, fn, config, pos, lt, dtype, rng)
+        except RuntimeError as exc:
+            if "split_with_sizes" not in str(exc) or _has_sections(config):
+                raise
+            return Verdict(  # the M-RoPE fallback sections do not fit the default config's rotary width
+                verdict="finding",
+                detail=f"the default config cannot run its own rotary ({str(exc)[:120]}): mrope_section "
+                "fallback [8, 12, 12] vs the config's rotary width; reproducer "
+                "peers/reproducers/hf_glm4v_default_mrope_section.py",
+                ratio=None,
+                mechanism="mrope, default",
+            )
         if first is None:
             return Verdict(
                 verdict="error", detail="rotary forward signature not understood", ratio=None, mechanism=""
             )
         x, got, streams, split, width = first
         layouts = [layout] if layout else ["half", "interleaved"]
-        best = None
+        best, rotated = None, width
         for lay in layouts:
+            note = ""
             try:
-                family, specs = _oracle_specs(cfg_dict, lay, layer_types)
+                try:
+                    family, specs = _oracle_specs(cfg_dict, lay, layer_types)
+                except ValueError as exc:  # transformers floors hidden_size // heads; rope-ref refuses
+                    if "is not divisible by num_attention_heads" not in str(exc):
+                        raise
+                    floored = cfg_dict["hidden_size"] // cfg_dict["num_attention_heads"]
+                    family, specs = _oracle_specs({**cfg_dict, "head_dim": floored}, lay, layer_types)
+                    note = f"head_dim {floored} given (transformers floors hidden_size / heads)"
             except (ValueError, KeyError, TypeError, NotImplementedError) as exc:
                 text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
                 return Verdict(
@@ -316,20 +347,20 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
             p = p + (np.arange(spec.n_streams) * 7)[:, None, None, None] * (streams > 1)
             io = "float64" if dtype == torch.float64 else "float32"
             ratio, bad = _judge(x, p, got, spec, PrecisionPolicy(io, "float32", io))
-            note = ""
             if ratio > 1.0 and io == "float64":  # an apply that computes in float32 (Cohere's q.float())
                 ratio, bad = _judge(x, p, got, spec, PrecisionPolicy(io, "float32", "float32"))
-                note = "rotation computed in float32"
+                note = "; ".join(filter(None, [note, "rotation computed in float32"]))
             if ratio > 1.0:  # the transpose rotation R_m^T (NanoChat's rotate_half with flipped signs)
                 inv = _judge(x, -p, got, spec, PrecisionPolicy(io, "float32", "float32"))
                 if inv[0] <= 1.0:
                     ratio, bad, note = *inv, "rotates by -m*theta (the transpose rotation R_m^T)"
             if best is None or ratio < best[0]:
                 best = (ratio, bad, lay, family, note)
+                rotated = spec.rotary_dim  # the oracle's width (GPT-OSS's cos holds one entry per pair)
         results.append((lt, best, fn_name, split, width, dtype))
     worst = max(results, key=lambda r: r[1][0])
     ratio, bad, lay, family, note = worst[1]
-    mech = _mechanism(cfg_dict, family, lay, width, results)
+    mech = _mechanism(cfg_dict, family, lay, rotated, results)
     detail = f"{fn_name}; {'float64' if dtype == torch.float64 else 'float32'}; layout {lay}" + (
         "; partial split restated" if worst[3] else ""
     )
@@ -347,6 +378,74 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
     )
 
 
+def _vision_ids() -> np.ndarray:
+    """``(2, N)`` (row, column) ids: an 8x8 and a 4x16 image, row-major, and the 8x8 one moved to 500."""
+    from rope_ref.vision_rope import pixtral_ids
+
+    ids = pixtral_ids([(8, 8), (4, 16)])
+    return np.concatenate([ids, ids[:, :64] + 500], axis=1)
+
+
+def _probe_vision(mod, rot, config) -> Verdict:
+    """A vision rotary called on (row, column) patch ids ``(N, 2)``, applied by the module's vision apply
+    on q ``(N, H, D)`` (or ``(1, H, N, D)`` where cos comes batched), against
+    :func:`rope_ref.vision_rope.from_hf` of the same config."""
+    import torch
+    from rope_ref.conformance.protocol import PrecisionPolicy
+
+    from rope_ref import vision_rope
+
+    mech = "vision 2D"
+    try:
+        spec = vision_rope.from_hf(config.to_dict())
+    except (ValueError, KeyError, TypeError) as exc:
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        return Verdict(
+            verdict="not expressible", detail=f"oracle from config: {text}", ratio=None, mechanism=mech
+        )
+    ids = _vision_ids()
+    cos, sin = rot(torch.zeros(1, dtype=torch.float64), torch.from_numpy(ids.T.copy()))
+    funcs = sorted(n for n, f in vars(mod).items() if inspect.isfunction(f) and n.startswith("apply_rotary"))
+    funcs.sort(key=lambda n: ("vision" not in n and "2d" not in n, n))
+    if not funcs:
+        return Verdict(
+            verdict="not a RoPE",
+            detail="module defines no apply_rotary* function",
+            ratio=None,
+            mechanism=mech,
+        )
+    n, d = ids.shape[1], int(cos.shape[-1])
+    x = np.random.default_rng(0).standard_normal((1, _H, n, d))
+    last = None
+    for fn_name in funcs:
+        fn = getattr(mod, fn_name)
+        batched = cos.ndim == 3
+        q = torch.from_numpy(x if batched else x[0].transpose(1, 0, 2).copy())
+        try:
+            y = _call_apply(fn, q, q.clone(), cos.to(q.dtype), sin.to(q.dtype), config)
+        except (RuntimeError, TypeError) as exc:
+            last = exc
+            continue
+        if tuple(y.shape) != tuple(q.shape):
+            continue
+        got = y.detach().to(torch.float64).numpy()
+        got = got if batched else got.transpose(1, 0, 2)[None]
+        if d != spec.head_dim:
+            detail = f"head size: HF {d}, oracle {spec.head_dim}"
+            return Verdict(verdict="candidate finding", detail=detail, ratio=None, mechanism=mech)
+        pos = ids[:, None, None, :]
+        ratio, bad = _judge(x, pos, got, spec, PrecisionPolicy("float64", "float32", "float32"))
+        verdict = "agrees" if ratio <= 1.0 else "candidate finding"
+        detail = f"{fn_name}; cos/sin float32; layout {spec.layout}; patch ids (row, column) up to 507"
+        return Verdict(
+            verdict=verdict, detail=detail, ratio=ratio, n_bad=bad, mechanism=f"{mech} {spec.layout}"
+        )
+    text = f"; last: {type(last).__name__}: {last}"[:200] if last else ""
+    return Verdict(
+        verdict="error", detail=f"no vision apply function took the table{text}", ratio=None, mechanism=mech
+    )
+
+
 def _hf_rotate(rot, mod, fn, config, pos, layer_type, dtype, rng):
     """``(x float64 (B,H,S,D), HF output float64, n_streams, split restated, rotary width)``."""
     import torch
@@ -357,16 +456,20 @@ def _hf_rotate(rot, mod, fn, config, pos, layer_type, dtype, rng):
     streams = 3 if ("mrope" in src or "expand(3" in src) else 1
     dummy = torch.zeros(1, dtype=dtype)
     if streams == 3:  # distinct streams where the config names its sections, else text tokens (equal ids)
-        step = 7 if _has_sections(config) else 0
+        fallback = 'get("mrope_section"' in src and _family(config) == "mrope"  # the oracle's fallback too
+        step = 7 if _has_sections(config) or fallback else 0
         pid = torch.stack([pid + step * s for s in range(3)])
         streams = 3 if step else 1
     out = rot(dummy, pid, **kwargs)
     if torch.is_tensor(out) and out.is_complex():  # Llama 4: freqs_cis (B, S, D/2); apply on (B, S, H, D)
         width = 2 * int(out.shape[-1])
         x = rng.standard_normal((_B, _H, _S, int(_head_dim(config, width))))
-        q = torch.from_numpy(x).to(dtype).transpose(1, 2)
+        heads_first = "freqs_cis.unsqueeze(1)" in inspect.getsource(fn)  # DeepSeek-V2: (B, H, S, D)
+        q = torch.from_numpy(x).to(dtype)
+        q = q if heads_first else q.transpose(1, 2)
         y = fn(q[..., :width], q[..., :width].clone(), out)[0]
-        y = torch.cat([y.to(dtype), q[..., width:]], dim=-1).transpose(1, 2)
+        y = torch.cat([y.to(dtype), q[..., width:]], dim=-1)
+        y = y if heads_first else y.transpose(1, 2)
         return x, y.detach().to(torch.float64).numpy(), streams, width < x.shape[-1], width
     cos, sin = out
     if cos.ndim != 3 or cos.shape[:2] != pos.shape:
@@ -383,6 +486,15 @@ def _hf_rotate(rot, mod, fn, config, pos, layer_type, dtype, rng):
         inv = inverse_layout_permutation(RopeConfig(width, layout="interleaved"))
         got = np.concatenate([got[..., :width][..., inv], got[..., width:]], axis=-1)
     return x, got, streams, split, width
+
+
+def _family(config) -> str:
+    from rope_ref.hf_config import model_family
+
+    try:
+        return model_family(config.to_dict())
+    except Exception:  # noqa: BLE001 - no family: no fallback sections
+        return ""
 
 
 def _has_sections(config) -> bool:

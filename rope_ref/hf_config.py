@@ -495,6 +495,15 @@ def rope_config_from_hf(
     return RopeConfig(head_dim, layout=layout, rotary_dim=rotary_dim, base=theta, scaling=scaling)
 
 
+def _keyed_by_layer_type(params: Any) -> bool:
+    """``rope_parameters`` keyed by layer type: every value a dict, or None for a layer type without RoPE."""
+    return (
+        isinstance(params, Mapping)
+        and any(isinstance(v, Mapping) for v in params.values())
+        and all(isinstance(v, Mapping) or v is None for v in params.values())
+    )
+
+
 def rope_configs_from_hf(config: Any, *, layout: str | None = None) -> dict[str, RopeConfig]:
     """Every rotary embedding of the model, keyed by layer type (``{"default": cfg}`` for one rope).
 
@@ -506,8 +515,10 @@ def rope_configs_from_hf(config: Any, *, layout: str | None = None) -> dict[str,
     params = text.get("rope_parameters")
     if text.get("model_type") in _GEMMA3_TYPES:
         keys: tuple[str, ...] = _GEMMA3_LAYERS
-    elif isinstance(params, Mapping) and params and all(isinstance(v, Mapping) for v in params.values()):
-        keys = tuple(params)
+    elif _keyed_by_layer_type(
+        params
+    ):  # a None entry: those layers use no RoPE (models/beam/modeling_beam.py)
+        keys = tuple(k for k, v in params.items() if v is not None)
     else:
         return {"default": rope_config_from_hf(config, layout=layout)}
     return {key: rope_config_from_hf(config, layout=layout, layer_type=key) for key in keys}
@@ -526,9 +537,34 @@ FAMILIES = {
 #: Vision tower ``model_type`` -> the 2D rule of :mod:`rope_ref.vision_rope` that reads it.
 VISION_RULE_BY_MODEL_TYPE = {
     **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"), "qwen2-vl"),
+    # the towers' own model_type in transformers 5.x (models/qwen2_vl/configuration_qwen2_vl.py ...)
+    **dict.fromkeys(
+        ("qwen2_vl_vision", "qwen2_5_vl_vision", "qwen3_vl_vision", "qwen3_vl_moe_vision"), "qwen2-vl"
+    ),
     "pixtral": "pixtral",
+    # transformers 5.x "axial" vision rotaries (rope_ref.vision_rope.axial; each rule cites its file).
+    **dict.fromkeys(
+        (
+            "mlcd_vision_model",
+            "exaone4_5_vision",
+            "glm5_next_vision",
+            "lfm3_vl_vision",
+            "video_llama_3_vision",
+            "glm4v_vision",
+            "glm4v_moe_vision",
+            "glm_ocr_vision",
+            "glm_image_vision",
+            "muse_glimmer_vision",
+            "muse_spark_vision",
+        ),
+        "axial",
+    ),
+    "inkling2_vision": "axial-wh-interleaved",
+    "sam3_vit_model": "axial-interleaved",
+    "kimi_k25_vision": "axial-alternate",
 }
 _MROPE_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")
+_MROPE_TYPES += tuple(f"{t}_text" for t in _MROPE_TYPES)  # the text sub-configs of transformers 5.x
 _LAYER_TYPES = (*_GEMMA3_TYPES, "llama4", "llama4_text")
 
 
@@ -575,7 +611,8 @@ def model_families(config: Any) -> tuple[str, ...]:
     elif (
         model_type in _LAYER_TYPES
         or config.get("model_type") in _LAYER_TYPES
-        or (isinstance(params, Mapping) and params and all(isinstance(v, Mapping) for v in params.values()))
+        or text.get("layer_rope_theta") is not None
+        or _keyed_by_layer_type(params)
     ):
         family = "layers"
     elif text.get("position_encoding_2d"):

@@ -143,9 +143,28 @@ def _layer_types(text: Any, n: int, pattern_default: int | None) -> list[str]:
     return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
 
 
+def _per_layer_theta(text: Mapping[str, Any], n: int, layout: str | None) -> tuple[RopeConfig | None, ...]:
+    """``layer_rope_theta``: layer ``i`` uses base ``layer_rope_theta[i]``, 0 = NoPE, every other key the
+    config's (``models/granite_swa/modeling_granite_swa.py`` ``GraniteSWAModel.__init__``: one rotary per
+    distinct non-zero theta, ``rope_parameters = {**rope_parameters, "rope_theta": theta}``)."""
+    thetas = text["layer_rope_theta"]
+    if not isinstance(thetas, (list, tuple)) or len(thetas) != n:
+        raise ValueError(
+            f"layer_rope_theta must be a list of num_hidden_layers={n} bases, got {thetas!r:.80}"
+        )
+    rest = {k: v for k, v in text.items() if k != "layer_rope_theta"}
+    params = rest.get("rope_parameters") if isinstance(rest.get("rope_parameters"), Mapping) else {}
+    made: dict[float, RopeConfig] = {}
+    for theta in {t for t in thetas if t}:
+        cfg = {**rest, "rope_parameters": {**params, "rope_theta": theta}}
+        made[theta] = rope_config_from_hf(cfg, layout=layout)
+    return tuple(made[t] if t else None for t in thetas)
+
+
 def from_hf(config: Any, *, layout: str | None = None) -> LayerRopes:
     """Every layer's RoPE from an HF config: Gemma 3 (``layer_types``, else ``sliding_window_pattern``),
-    Llama 4 (``no_rope_layers``, ``no_rope_layer_interval``) or any config whose ``rope_parameters`` is
+    Llama 4 (``no_rope_layers``, ``no_rope_layer_interval``), Granite SWA (``layer_rope_theta``: a base per
+    layer, 0 = NoPE) or any config whose ``rope_parameters`` is
     keyed by the layer types that ``layer_types`` lists.
 
     ``config``: a ``config.json`` dict, a path to one or a ``PretrainedConfig``-like object
@@ -167,15 +186,19 @@ def from_hf(config: Any, *, layout: str | None = None) -> LayerRopes:
             interval=interval,
         )
         return LayerRopes(name, made.ropes)
+    if text.get("layer_rope_theta") is not None:
+        return LayerRopes(name, _per_layer_theta(text, n, layout))
     ropes = rope_configs_from_hf(config, layout=layout)
     if set(ropes) == {"default"}:
         raise ValueError(
             f"config of model_type {model_type!r} has one RoPE for every layer: use RopeConfig.from_hf"
         )
     types = _layer_types(text, n, 6 if model_type in ("gemma3", "gemma3_text") else None)
-    missing = sorted(set(types) - set(ropes))
+    params = text.get("rope_parameters") if isinstance(text.get("rope_parameters"), Mapping) else {}
+    nope = {k for k, v in params.items() if v is None}  # ``{"full_attention": None}``: NoPE layers (Beam)
+    missing = sorted(set(types) - set(ropes) - nope)
     if missing:
         raise ValueError(
             f"layer_types names {missing}, which have no RoPE in the config (has {sorted(ropes)})"
         )
-    return LayerRopes(name, tuple(ropes[t] for t in types))
+    return LayerRopes(name, tuple(ropes.get(t) for t in types))

@@ -591,6 +591,16 @@ _HF_TYPES = {
     "glm4v": ("glm4v", "interleaved", False),
     "glm4v_moe": ("glm4v", "interleaved", False),
 }
+#: ``mrope_section`` the rotary falls back to when the config has none, by rule
+#: (``config.rope_parameters.get("mrope_section", ...)``: ``models/qwen2_vl/modeling_qwen2_vl.py``
+#: and qwen2_5_vl [16, 24, 24]; ``models/qwen3_vl/modeling_qwen3_vl.py`` and qwen3_vl_moe [24, 20, 20];
+#: ``models/glm4v/modeling_glm4v.py`` and glm4v_moe [8, 12, 12]).
+_DEFAULT_SECTIONS = {
+    "qwen2-vl": [16, 24, 24],
+    "qwen2.5-vl": [16, 24, 24],
+    "qwen3-vl": [24, 20, 20],
+    "glm4v": [8, 12, 12],
+}
 _TOKEN_KEYS = {
     "glm4v": ("image_token_id", "video_start_token_id", "video_end_token_id"),
     "qwen": ("image_token_id", "video_token_id", "vision_start_token_id"),
@@ -602,7 +612,9 @@ def from_hf(config: Any) -> MRopeModel:
     dict, a path to one, or a ``PretrainedConfig``-like object (:func:`rope_ref.hf_config.config_dict`).
 
     ``model_type`` picks the rule, the layout and blocked vs interleaved sections (see ``_HF_TYPES``).
-    ``mrope_section`` comes from the (text config's) ``rope_scaling`` or ``rope_parameters``. The
+    ``mrope_section`` comes from the (text config's) ``rope_scaling`` (required there, as transformers
+    4.x indexed it) or ``rope_parameters`` (else the 5.x modelling file's fallback, ``_DEFAULT_SECTIONS``);
+    a text sub-config (``"qwen2_vl_text"``) reads as its model. The
     remaining RoPE keys (``rope_theta``, ``head_dim``, ``partial_rotary_factor``, a scaling) go through
     :meth:`rope_ref.RopeConfig.from_hf` once the M-RoPE keys are removed (``"type": "mrope"`` is
     transformers' legacy spelling of the default type). ``vision_config.spatial_merge_size`` and
@@ -610,6 +622,8 @@ def from_hf(config: Any) -> MRopeModel:
     """
     config = config_dict(config)
     model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type.endswith("_text") and model_type[:-5] in _HF_TYPES:
+        model_type = model_type[:-5]  # a text sub-config on its own (Qwen2VLTextConfig: "qwen2_vl_text")
     if model_type not in _HF_TYPES:
         raise ValueError(f"config model_type must be one of {sorted(_HF_TYPES)}, got {model_type!r}")
     rule, layout, interleaved = _HF_TYPES[model_type]
@@ -617,9 +631,11 @@ def from_hf(config: Any) -> MRopeModel:
     holder = dict(text) if text is not None else dict(config)
     key = "rope_scaling" if isinstance(holder.get("rope_scaling"), Mapping) else "rope_parameters"
     rope = dict(holder.get(key) or {})
-    if "mrope_section" not in rope:
+    if (
+        "mrope_section" not in rope and key == "rope_scaling"
+    ):  # transformers 4.x: rope_scaling["mrope_section"]
         raise ValueError(f"config has no mrope_section in its {key}; is this an M-RoPE model?")
-    sections = rope.pop("mrope_section")
+    sections = rope.pop("mrope_section", None) or list(_DEFAULT_SECTIONS[rule])
     rope.pop("mrope_interleaved", None)
     for type_key in ("type", "rope_type"):
         if rope.get(type_key) == "mrope":

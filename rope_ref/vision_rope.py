@@ -19,18 +19,27 @@ frequencies go with which axis:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ._arrays import check_int, check_real, to_numpy
 from .config import RopeConfig
-from .hf_config import VISION_RULE_BY_MODEL_TYPE, vision_part
+from .hf_config import VISION_RULE_BY_MODEL_TYPE, config_dict, vision_part
 from .multiaxis import MultiAxisRope
 from .preset_table import PresetTable
 
-__all__ = ["qwen2_vl", "pixtral", "qwen2_vl_ids", "pixtral_ids", "preset", "preset_names", "from_hf"]
+__all__ = [
+    "qwen2_vl",
+    "pixtral",
+    "axial",
+    "qwen2_vl_ids",
+    "pixtral_ids",
+    "preset",
+    "preset_names",
+    "from_hf",
+]
 
 
 def _quarter(head_dim: Any) -> int:
@@ -68,6 +77,31 @@ def pixtral(head_dim: int = 64, base: float = 10000.0, *, layout: str = "half") 
         tables=(table, table),
         freq_index=tuple(range(0, 2 * q, 2)) + tuple(range(1, 2 * q, 2)),
     )
+
+
+def axial(
+    head_dim: int, base: float = 10000.0, *, layout: str = "half", first: str = "row", alternate: bool = False
+) -> MultiAxisRope:
+    """The "axial" vision RoPE of transformers 5.x (``compute_axial_rope_parameters``): one table
+    ``theta_j = base^(-2j/(head_dim/2))``, ``j < head_dim/4``, shared by the two axes.
+
+    ``first``: the axis on pairs ``j < head_dim/4`` (``"row"``; ``"column"`` swaps them, e.g.
+    ``models/inkling2/modeling_inkling2.py`` ``cat([freq_w, freq_h])``). ``alternate``: the axes alternate
+    pair by pair with the same ``theta_j`` on pairs ``2j, 2j+1`` (``models/kimi_k25/modeling_kimi_k25.py``
+    ``freq.transpose(1, 2).flip(-1).flatten(1)``: column then row). ``layout``: ``"half"`` (``rotate_half``)
+    or ``"interleaved"`` (``rotate_pairwise`` with ``repeat_interleave(2)``, SAM 2's memory attention).
+    ``axial(d, b)`` is :func:`qwen2_vl`.
+    """
+    q = _quarter(head_dim)
+    if first not in ("row", "column"):
+        raise ValueError(f"first must be 'row' or 'column', got {first!r}")
+    a, b = (0, 1) if first == "row" else (1, 0)
+    if alternate:
+        streams, freq = (a, b) * q, tuple(j // 2 for j in range(2 * q))
+    else:
+        streams, freq = (a,) * q + (b,) * q, tuple(range(q)) * 2
+    table = RopeConfig(head_dim // 2, layout="half", base=base)
+    return MultiAxisRope(head_dim, layout=layout, streams=streams, tables=(table, table), freq_index=freq)
 
 
 def _grid_rows(grid: Any, name: str, width: int) -> list[list[int]]:
@@ -156,6 +190,44 @@ def _vision_head_dim(vision: Any, keys: tuple[str, ...]) -> int:
     return w // h
 
 
+#: The axial rules of :data:`rope_ref.hf_config.VISION_RULE_BY_MODEL_TYPE` (``recomposition_frequencies``).
+_AXIAL = {
+    # models/mlcd/modeling_mlcd.py (and exaone4_5, glm5_next, lfm3_vl, video_llama_3): cat([h, w]) twice.
+    "axial": {},
+    # models/inkling2/modeling_inkling2.py: cat([freq_w, freq_h]).repeat_interleave(2), rotate_pairwise.
+    # models/sam3/modeling_sam3.py Sam3ViTRotaryEmbedding: cat([h, w]).repeat_interleave(2), rotate_pairwise.
+    "axial-interleaved": {"layout": "interleaved"},
+    "axial-wh-interleaved": {"first": "column", "layout": "interleaved"},
+    # models/kimi_k25/modeling_kimi_k25.py: (w, h) alternating per frequency, then twice (rotate_half).
+    "axial-alternate": {"first": "column", "alternate": True},
+}
+#: Models whose rotary is SAM 2's memory attention (``models/sam2_video/modeling_sam2_video.py``
+#: ``Sam2VideoVisionRotaryEmbedding``: head ``memory_attention_hidden_size / (downsample_rate * heads)``,
+#: ``cat([h, w]).repeat_interleave(2)``, ``rotate_pairwise``).
+_MEMORY_ATTENTION_TYPES = ("sam2_video", "edgetam_video", "sam3_tracker_video")
+
+
+def _theta(config: Any) -> float:
+    rp = config.get("rope_parameters")
+    value = rp.get("rope_theta") if isinstance(rp, Mapping) else None
+    return check_real(value if value is not None else config.get("rope_theta", 10000.0), "rope_theta")
+
+
+def _memory_attention(config: Any) -> MultiAxisRope:
+    width = check_int(
+        config.get("memory_attention_hidden_size", 256), "memory_attention_hidden_size", minimum=1
+    )
+    rate = check_int(
+        config.get("memory_attention_downsample_rate", 1), "memory_attention_downsample_rate", minimum=1
+    )
+    heads = check_int(
+        config.get("memory_attention_num_attention_heads", 1),
+        "memory_attention_num_attention_heads",
+        minimum=1,
+    )
+    return axial(width // (rate * heads), _theta(config), layout="interleaved")
+
+
 def from_hf(config: Any) -> MultiAxisRope:
     """The 2D RoPE of a vision tower from an HF config: the model's ``vision_config``, or the tower's own.
 
@@ -166,6 +238,9 @@ def from_hf(config: Any) -> MultiAxisRope:
     10000 (``VisionRotaryEmbedding``'s default). Pixtral: ``head_dim`` else ``hidden_size /
     num_attention_heads``, base ``rope_theta`` (default 10000), HF's half layout.
     """
+    config = config_dict(config)
+    if config.get("model_type") in _MEMORY_ATTENTION_TYPES:
+        return _memory_attention(config)
     part = vision_part(config)
     if part is None:
         raise ValueError("config has no vision_config (and is not a vision tower's own config)")
@@ -180,4 +255,6 @@ def from_hf(config: Any) -> MultiAxisRope:
         head_dim = _vision_head_dim(vision, ("hidden_size",))
         base = check_real(vision.get("rope_theta", 10000.0), "vision_config.rope_theta")
         return pixtral(head_dim, base)
+    if rule in _AXIAL:
+        return axial(_vision_head_dim(vision, ("hidden_size",)), _theta(vision), **_AXIAL[rule])
     return qwen2_vl(_vision_head_dim(vision, ("embed_dim", "hidden_size")))

@@ -10,9 +10,9 @@ import numpy as np
 
 from rope_ref.case import Case
 
-from .common import IO_DTYPES, activation_cases, as_positions, config_dict, table_cases
+from .common import IO_DTYPES, activation_cases, as_positions, config_dict, make_case, table_cases
 
-__all__ = ["CUSTOM_OPS", "revealing_positions", "custom_cases"]
+__all__ = ["CUSTOM_OPS", "revealing_positions", "custom_cases", "family_cases"]
 
 #: Ops ``rope-ref golden generate --preset/--hf-config`` can write.
 CUSTOM_OPS = ("inv_freq", "attention_factor", "cos_sin", "apply", "apply_vjp")
@@ -90,4 +90,65 @@ def custom_cases(
                 description=desc,
                 io_dtypes=(io_dtype,),
             )
+    return cases
+
+
+def _stream_positions(spec: Any, seq: int) -> np.ndarray:
+    """``(streams, seq)`` ids for a multi-axis spec: revealing positions, rotated per stream so the
+    streams differ at every token (a stream read in the wrong order shows)."""
+    first = revealing_positions(spec.tables[0], seq)
+    return np.stack([np.roll(first, k) for k in range(max(spec.streams) + 1)])
+
+
+def family_cases(
+    family: str, model: Any, *, name: str, io_dtype: str = "float32", seq: int = 8, ops=CUSTOM_OPS
+) -> list[Case]:
+    """Cases for a model of any oracle family (``rope_ref.hf_config.model_family``): the 1D tables and
+    rotations of :func:`custom_cases` (``rope``; ``layers``: one set per distinct layer RoPE), or the
+    ``multiaxis_apply`` rotation of the model's multi-axis spec (``mrope``, ``vision``, ``chatglm-2d``,
+    ``mla``'s rope part; ``mla`` adds its ``mla_softmax_scale``) at ``seq`` tokens of two heads."""
+    from .multiaxis import _rotation_cases, mla_to_dict
+
+    if family == "rope":
+        return custom_cases(model, shape=(1, seq, 2, model.head_dim), io_dtype=io_dtype, ops=ops, name=name)
+    if family == "layers":
+        first: dict[Any, int] = {}
+        for i, cfg in enumerate(model.ropes):
+            if cfg is not None and cfg not in first:
+                first[cfg] = i
+        return [
+            case
+            for cfg, i in first.items()
+            for case in custom_cases(
+                cfg, shape=(1, seq, 2, cfg.head_dim), io_dtype=io_dtype, ops=ops, name=f"{name}-layer{i}"
+            )
+        ]
+    specs = {
+        "mrope": lambda m: m.rope,
+        "mla": lambda m: m.spec,
+        "vision": lambda m: m,
+        "chatglm-2d": lambda m: m,
+    }
+    if family not in specs:
+        raise ValueError(f"unknown model family {family!r}; expected rope, layers or one of {sorted(specs)}")
+    if io_dtype not in IO_DTYPES:
+        raise ValueError(f"io_dtype must be one of {IO_DTYPES}, got {io_dtype!r}")
+    spec = specs[family](model)
+    desc = f"{name}: {family} rotation of {spec!r}"
+    pos = _stream_positions(spec, seq)
+    rotations = _rotation_cases(name, spec, pos, (seq, 2, spec.head_dim), "custom", desc)
+    cases = [c for c in rotations if c.io_dtype == io_dtype]
+    if family == "mla":
+        cases.append(
+            make_case(
+                f"mla_softmax_scale-{name}",
+                "mla_softmax_scale",
+                None,
+                {},
+                bug_class="custom",
+                tolerance="scale",
+                params={"mla": mla_to_dict(model)},
+                description=f"{name}: qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2",
+            )
+        )
     return cases

@@ -40,6 +40,12 @@ MECHANISMS = [
     ("gemma3", "Gemma3RotaryEmbedding", None, "per-layer-type bases"),
     ("deepseek_v3", "DeepseekV3RotaryEmbedding", None, "MLA rope part, interleave reordering"),
     ("llama4", "Llama4TextRotaryEmbedding", None, "complex freqs_cis"),
+    ("qwen3_vl", "Qwen3VLTextRotaryEmbedding", None, "M-RoPE, fallback sections, text sub-config"),
+    ("laguna", "LagunaRotaryEmbedding", None, "layer-type dict wider than the layer types in use"),
+    ("mlcd", "MLCDRotaryEmbedding", None, "axial vision 2D, row then column"),
+    ("pixtral", "PixtralVisionRotaryEmbedding", None, "axial vision 2D, even/odd frequencies"),
+    ("kimi_k25", "Kimi_K25VisionRotaryEmbedding", None, "axial vision 2D, alternating axes"),
+    ("sam2_video", "Sam2VideoVisionRotaryEmbedding", None, "axial vision 2D, interleaved pairs"),
 ]
 
 
@@ -62,6 +68,19 @@ def test_transpose_rotation_is_a_divergence():
     v = zoo_probe.probe("nanochat", "NanoChatRotaryEmbedding")
     assert v["verdict"] == "divergence", dict(v)
     assert "transpose rotation" in v["detail"]
+
+
+def test_default_config_that_cannot_run_its_rotary_is_a_finding():
+    """GLM-4V's default text config: mrope_section fallback [8, 12, 12] vs 64 frequencies (reproducer)."""
+    v = zoo_probe.probe("glm4v", "Glm4vTextRotaryEmbedding")
+    assert v["verdict"] == "finding", dict(v)
+    assert "hf_glm4v_default_mrope_section.py" in v["detail"]
+
+
+def test_rotary_without_position_ids_is_classified_by_its_signature():
+    """EfficientLoFTR's rotary takes the feature map only: the run says so from forward's signature."""
+    v = zoo_probe.probe("efficientloftr", "EfficientLoFTRRotaryEmbedding")
+    assert v["verdict"] == "not expressible" and "takes no position ids" in v["detail"], dict(v)
 
 
 def test_probe_never_raises_on_unknown_class():
@@ -96,4 +115,15 @@ def test_committed_page_matches_installed_transformers():
     assert page["transformers"] == transformers.__version__, (
         f"docs/results/transformers-zoo.json is for transformers {page['transformers']}, installed "
         f"{transformers.__version__}: regenerate with 'rope-ref zoo --out docs/results'"
+    )
+
+
+def test_candidate_finding_with_a_live_reproducer_is_a_finding():
+    """MiniMax-M3-VL ignores its config's rotary_dim; the reproducer exits 1 while that holds."""
+    if not hasattr(__import__("transformers.models.minimax_m3_vl", fromlist=["_"]), "__path__"):
+        pytest.skip(f"transformers {transformers.__version__} has no minimax_m3_vl")
+    v = zoo._confirmed("minimax_m3_vl", {"verdict": "candidate finding", "detail": "rotary width"})
+    assert v["verdict"] == "finding" and "hf_minimax_m3_vl_rotary_dim_ignored.py" in v["detail"]
+    assert zoo._confirmed("llama", {"verdict": "candidate finding", "detail": ""})["verdict"] == (
+        "candidate finding"
     )

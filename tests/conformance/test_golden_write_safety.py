@@ -253,24 +253,15 @@ _DRIVER = textwrap.dedent(
         if count[0] == k:
             os.kill(os.getpid(), signal.SIGINT)
 
-    if point == "write":
-        orig_write = golden._write_new_file
-        def hooked_write(path, data):
+    def hook(owner, name):
+        orig = getattr(owner, name)
+        def hooked(*args, **kwargs):
             fire()
-            return orig_write(path, data)
-        golden._write_new_file = hooked_write
-    elif point == "verify":
-        orig_load = golden.load_golden
-        def hooked_load(path=None):
-            fire()
-            return orig_load(path)
-        golden.load_golden = hooked_load
-    elif point == "swap":
-        orig_replace = os.replace
-        def hooked_replace(a, b):
-            fire()
-            return orig_replace(a, b)
-        os.replace = hooked_replace
+            return orig(*args, **kwargs)
+        setattr(owner, name, hooked)
+
+    {"write": lambda: hook(golden, "_write_new_file"), "verify": lambda: hook(golden, "load_golden"),
+     "swap": lambda: hook(os, "replace")}.get(point, lambda: None)()
     sys.exit(main(sys.argv[3:]))
     """
 )

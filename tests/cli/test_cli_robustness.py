@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -317,19 +318,7 @@ def test_exotic_torch_tensors_raise_type_error(kind, role):
 
 # -- issue 18: small CLI points --------------------------------------------------------------------------
 
-LLAMA31 = {
-    "hidden_size": 4096,
-    "num_attention_heads": 32,
-    "max_position_embeddings": 131072,
-    "rope_theta": 500000.0,
-    "rope_scaling": {
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-}
+LLAMA31 = json.loads(Path(__file__).with_name("llama-3.1-8b.json").read_text(encoding="utf-8"))
 
 
 def _inv_freq_lines(text: str) -> list[float]:

@@ -18,7 +18,7 @@ def _peers_package():
     try:
         return importlib.import_module("rope_ref.peers")
     except ImportError:  # the checkout's peers/ before the package mapping is installed
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])
         if root not in sys.path:
             sys.path.insert(0, root)
         return importlib.import_module("peers")
@@ -102,7 +102,7 @@ def test_import_rope_ref_stays_light():
     )
     import subprocess
 
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -111,7 +111,7 @@ def test_results_page_matches_its_json():
     """docs/results/ecosystem.md is the rendering of ecosystem.json (both written by rope-ref ecosystem)."""
     import json
 
-    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
     if not (results / "ecosystem.json").is_file():
         pytest.skip("no results page in this checkout")
     page = json.loads((results / "ecosystem.json").read_text(encoding="utf-8"))

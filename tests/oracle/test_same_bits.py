@@ -25,7 +25,7 @@ import pytest
 
 import rope_ref
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "conformance" / "golden"
 
 # Functions whose results depend on the CPU (SIMD dispatch, FMA) or on the BLAS and its threads.

@@ -5,24 +5,13 @@ Expected layer kinds restate the released configs: Gemma 3 ``layer_types`` ("sli
 Rotations are checked against an explicit loop of the half-layout formula.
 """
 
-import math
 
 import numpy as np
 import pytest
+from mp_reference import half_layout_loop as half_loop
 
 import rope_ref
 from rope_ref import layers
-
-
-def half_loop(v, m, base):
-    n = len(v)
-    out = list(v)
-    for j in range(n // 2):
-        theta = m * base ** (-2.0 * j / n)
-        c, s = math.cos(theta), math.sin(theta)
-        out[j] = v[j] * c - v[j + n // 2] * s
-        out[j + n // 2] = v[j + n // 2] * c + v[j] * s
-    return out
 
 
 @pytest.mark.parametrize(

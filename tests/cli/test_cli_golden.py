@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,19 +13,7 @@ from rope_ref.conformance import golden
 
 from rope_ref.cli import main
 
-LLAMA31 = {
-    "hidden_size": 4096,
-    "num_attention_heads": 32,
-    "max_position_embeddings": 131072,
-    "rope_theta": 500000.0,
-    "rope_scaling": {
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-}
+LLAMA31 = json.loads(Path(__file__).with_name("llama-3.1-8b.json").read_text(encoding="utf-8"))
 
 
 def _files(root):
@@ -73,25 +62,17 @@ def _write(tmp_path, config=None):
     return str(path)
 
 
+def _generate_from_config(tmp_path, root, layout: str, *options: str) -> int:
+    """``rope-ref golden generate`` from the Llama 3.1 config.json, with ``layout`` and ``options``, into
+    ``root``: the exit status."""
+    argv = ["golden", "generate", "--hf-config", _write(tmp_path), "--layout", layout, *options]
+    return main([*argv, "--out", str(root)])
+
+
 def test_hf_config_custom_set(tmp_path):
     root = tmp_path / "llama"
-    argv = [
-        "golden",
-        "generate",
-        "--hf-config",
-        _write(tmp_path),
-        "--layout",
-        "half",
-        "--shape",
-        "2,4,3,128",
-        "--positions",
-        "0,1,4096,100000",
-        "--dtype",
-        "bf16",
-        "--out",
-        str(root),
-    ]
-    assert main(argv) == 0
+    options = ["--shape", "2,4,3,128", "--positions", "0,1,4096,100000", "--dtype", "bf16"]
+    assert _generate_from_config(tmp_path, root, "half", *options) == 0
     cases = {c.id: c for c in golden.load_golden(root)}
     assert set(cases) == {
         "inv_freq-hf_config",
@@ -127,21 +108,8 @@ def _oracle_counts(root, tmp_path) -> dict:
 
 def test_npz_format_and_ops(tmp_path):
     root = tmp_path / "n"
-    argv = [
-        "golden",
-        "generate",
-        "--hf-config",
-        _write(tmp_path),
-        "--layout",
-        "interleaved",
-        "--ops",
-        "apply,cos_sin",
-        "--format",
-        "npz",
-        "--out",
-        str(root),
-    ]
-    assert main(argv) == 0
+    options = ["--ops", "apply,cos_sin", "--format", "npz"]
+    assert _generate_from_config(tmp_path, root, "interleaved", *options) == 0
     files = sorted(p.name for p in root.iterdir())
     assert files == ["apply-hf_config-fp32.npz", "cos_sin-hf_config.npz", "manifest.json"]
     assert _npz_specs(root / "apply-hf_config-fp32.npz") == {

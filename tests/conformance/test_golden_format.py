@@ -24,7 +24,7 @@ from rope_ref.conformance.safetensors_io import (
 )
 
 SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[1] / "docs" / "golden-manifest.schema.json").read_text()
+    (Path(__file__).resolve().parents[2] / "docs" / "golden-manifest.schema.json").read_text()
 )
 
 
@@ -279,21 +279,24 @@ def test_truncated_file_fails_naming_it(small_dir):
     assert path.name in str(err.value)
 
 
-def test_truncated_file_with_updated_checksum_fails_structurally(small_dir):
+def _rewrite_first_file(small_dir, data: bytes):
+    """Replace the first case's file by ``data`` and give the manifest its checksum: only the structure is
+    left to catch it. Returns the file's path."""
     path = _first_file(small_dir)
-    data = path.read_bytes()[:-8]
     path.write_bytes(data)
     _edit_manifest(small_dir, lambda m: m["cases"][0].__setitem__("sha256", hashlib.sha256(data).hexdigest()))
+    return path
+
+
+def test_truncated_file_with_updated_checksum_fails_structurally(small_dir):
+    path = _rewrite_first_file(small_dir, _first_file(small_dir).read_bytes()[:-8])
     with pytest.raises(GoldenError, match="truncated") as err:
         load_golden(small_dir)
     assert path.name in str(err.value)
 
 
 def test_tensor_swap_with_valid_checksum_is_caught(small_dir):
-    path = _first_file(small_dir)
-    data = safetensors_bytes({"expected.other": np.zeros(32)})
-    path.write_bytes(data)
-    _edit_manifest(small_dir, lambda m: m["cases"][0].__setitem__("sha256", hashlib.sha256(data).hexdigest()))
+    path = _rewrite_first_file(small_dir, safetensors_bytes({"expected.other": np.zeros(32)}))
     with pytest.raises(GoldenError, match="the manifest lists") as err:
         load_golden(small_dir)
     assert path.name in str(err.value)

@@ -29,7 +29,7 @@ from rope_ref.conformance.runner import Runner, load_xfails
 import rope_ref
 from rope_ref.cli import main
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _shipped_cases():
