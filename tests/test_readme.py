@@ -98,6 +98,7 @@ def test_every_doc_reference_exists():
             assert (root / ref).exists(), f"{doc.name} points at missing {ref}"
 
 
+@pytest.mark.slow
 def test_the_two_commands_run_as_written():
     """The README's main job and test command: the extras it installs exist, and the job it runs passes.
 

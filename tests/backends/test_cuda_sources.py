@@ -27,6 +27,7 @@ def _nvcc() -> str | None:
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.slow
 def test_nvcc_ptx_compiles_without_warnings(arch: str, tmp_path: Path) -> None:
     nvcc = _nvcc()
     if nvcc is None:

@@ -254,6 +254,7 @@ def test_bad_arguments_name_the_argument(host) -> None:
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.slow
 def test_nvcc_ptx_compiles_the_multiaxis_kernels(arch: str, tmp_path: Path) -> None:
     nvcc = shutil.which("nvcc") or (
         "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None

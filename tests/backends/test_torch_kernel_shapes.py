@@ -356,6 +356,7 @@ def test_lower_precisions(dtype, inplace, cfg):
 
 
 @pytest.mark.parametrize("cfg", CFGS, ids=["half", "interleaved-partial"])
+@pytest.mark.slow
 def test_gradcheck(cfg):
     small = rope_ref.RopeConfig(8, layout=cfg.layout, rotary_dim=8 if cfg.layout == "half" else 6)
     kw = dict(angle_dtype=F64)
@@ -415,6 +416,7 @@ def test_qkv_gradient(cfg, inplace):
     torch.testing.assert_close(grad[:, :, :6], back, rtol=0, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_compile_fullgraph():
     cfg = CFGS[0]
 
@@ -574,6 +576,7 @@ def test_neighbouring_q_and_k_rotate_as_one_view(dtype, monkeypatch):
 # -- q and k in one Triton launch (Triton's interpreter on CPU) --------
 
 
+@pytest.mark.slow
 def test_triton_qk_one_launch():
     import importlib.util
     import os

@@ -183,6 +183,7 @@ def test_bad_input_names_the_argument(call, name):
         call(b, x, t)
 
 
+@pytest.mark.slow
 def test_gradients_through_the_adapter():
     """gradcheck (float64) through each method: ids on a transposed view, varlen inverse, q/k, packed."""
     b = rt.make_backend("fp64")

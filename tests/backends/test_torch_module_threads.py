@@ -41,6 +41,7 @@ def _schedule(thread: int) -> list[int]:
 
 
 @pytest.mark.parametrize("max_cached_tables", [2])
+@pytest.mark.slow
 def test_shared_module_matches_single_threaded_run(max_cached_tables):
     inputs = _inputs()
     reference_module = RotaryEmbedding(_cfg(), max_cached_tables=max_cached_tables)

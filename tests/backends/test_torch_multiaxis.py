@@ -166,6 +166,7 @@ def test_per_stream_tables_and_length_dependent_scaling() -> None:
 
 @pytest.mark.parametrize("autograd", ["function", "native"])
 @pytest.mark.parametrize("name", ["qwen3-vl", "glm-4.1v", "chatglm-6b", "pixtral"])
+@pytest.mark.slow
 def test_gradcheck_in_float64(name, autograd) -> None:
     spec = presets()[name]
     rng = np.random.default_rng(8)

@@ -55,6 +55,7 @@ def test_triton_kernel_on_cpu_tensors_says_why_it_cannot_run():
         get_backend("torch:triton")
 
 
+@pytest.mark.slow
 def test_eager_kernel_never_loads_the_triton_kernels():
     """Our kernels (and the JIT) load on first use only. (``torch._dynamo`` itself imports ``triton``
     when it is installed, so ``triton`` in ``sys.modules`` says nothing about this adapter.)"""

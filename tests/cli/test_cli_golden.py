@@ -20,6 +20,7 @@ def _files(root):
     return {p.name: p.read_bytes() for p in sorted(root.iterdir())}
 
 
+@pytest.mark.slow
 def test_generate_is_deterministic_and_matches_shipped(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(["golden", "generate", "--out", str(a)]) == 0
@@ -32,6 +33,7 @@ def test_generate_is_deterministic_and_matches_shipped(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_verify_shipped_via_entry_point():
     code = "import sys; from rope_ref.cli import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.run(
@@ -163,6 +165,7 @@ def test_npz_default_ops_preset_round_trip(tmp_path, capsys, preset, dtype):
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_npz_full_catalogue_round_trip(tmp_path, capsys):
     """The whole catalogue as npz: same tensors (dtype and shape exactly) as safetensors, verifies, and
     the oracle passes it."""

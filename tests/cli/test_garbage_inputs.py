@@ -391,6 +391,7 @@ def _same(a, b) -> bool:
 # A call that runs for seconds on a small input is a finding too (huge sizes must be refused up front).
 @settings(max_examples=N_API, deadline=timedelta(seconds=5), **SETTINGS)
 @given(data=st.data())
+@pytest.mark.slow
 def test_public_functions_raise_only_value_or_type_errors(data):
     name = data.draw(st.sampled_from(sorted(API)), label="function")
     args, kwargs = data.draw(API[name], label="arguments")
@@ -607,6 +608,7 @@ def _workdir(base: Path):
 
 @settings(max_examples=N_CLI, deadline=timedelta(seconds=30), **SETTINGS)
 @given(argv=cli_argv, config_text=st.sampled_from(JSON_JUNK), manifest_text=st.sampled_from(JSON_JUNK))
+@pytest.mark.slow
 def test_cli_exits_cleanly(small_set, tmp_path_factory, capsys, argv, config_text, manifest_text):
     base = tmp_path_factory.getbasetemp() / "garbage-cli"
     base.mkdir(exist_ok=True)

@@ -78,7 +78,14 @@ CONFIGS = {
         "rope_local_base_freq": 1e4,
         "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
     },
-    "pixtral": {"model_type": "pixtral", "hidden_size": 1024, "num_attention_heads": 16, "rope_theta": 1e4},
+    "pixtral": {
+        "model_type": "pixtral",
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "rope_theta": 1e4,
+        "image_size": 1024,
+        "patch_size": 16,
+    },
 }
 FAMILY = {"qwen2-vl-7b": "mrope", "qwen3-vl-8b": "mrope", "glm-4.1v-9b": "mrope", "deepseek-v2-lite": "mla"}
 FAMILY.update({"deepseek-v3": "mla", "gemma-3-4b": "layers", "pixtral": "vision"})

@@ -65,6 +65,7 @@ def test_every_broken_backend_fails_its_target(catches, broken, io):
         assert r.kind and (r.worst is not None or r.message)
 
 
+@pytest.mark.slow
 def test_catch_rate(catches, capsys):
     """Runs (or reuses) every (broken backend, io) pair itself: correct alone, in any order."""
     table = {(broken.__name__, io): catches(broken, io) for broken in bb.BROKEN for io in IOS}

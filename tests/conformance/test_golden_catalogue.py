@@ -20,6 +20,7 @@ def shipped():
     return {c.id: c for c in golden.load_golden()}
 
 
+@pytest.mark.slow
 def test_shipped_set_verifies():
     report = golden.verify_golden()
     assert report.ok, report.problems[:5]
@@ -33,6 +34,7 @@ def test_shipped_set_is_small():
     assert size < 9_500_000, size
 
 
+@pytest.mark.slow
 def test_catalogue_is_deterministic():
     a, b = catalogue.build_catalogue(), catalogue.build_catalogue()
     assert [c.id for c in a] == [c.id for c in b]
@@ -448,6 +450,7 @@ def test_verify_catches_a_wrong_expected_value(tmp_path):
     assert "apply-precision_256_d128-fp64" in report.problems[0] and "[1, 0, 3]" in report.problems[0]
 
 
+@pytest.mark.slow
 def test_verify_reports_stale_catalogue_sets(tmp_path):
     cases = [c for c in catalogue.build_catalogue() if c.id.startswith("apply-tiny_d2")]
     root = golden.write_golden(cases, tmp_path / "g", generator="test", source="catalogue")

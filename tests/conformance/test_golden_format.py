@@ -594,6 +594,7 @@ def _doc_tolerances(entry, t, policy):
     ],
     ids=lambda p: "/".join(p),
 )
+@pytest.mark.slow
 def test_documented_procedure_reproduces_the_tolerance_model(policy):
     """docs/golden-format.md §4.2, implemented from the manifest, raw tensors and aux alone (no rope_ref
     maths), gives the runner's tolerances and exact masks for every non-exact shipped case."""

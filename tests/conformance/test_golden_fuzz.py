@@ -424,6 +424,7 @@ def _problem(reply: dict | None) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_mutated_sets_give_documented_outcomes_only(tmp_path, bases):
     script = tmp_path / "driver.py"
     script.write_text(_DRIVER)

@@ -211,6 +211,7 @@ def test_sparse_manifest_is_refused_from_its_size(sets, tmp_path):
 # -- 6. amplification: one file listed by many cases -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_file_listed_by_many_cases_is_read_once(tmp_path):
     argv = ("--ops", "cos_sin", "--positions", "0:16384")
     root = make_set(tmp_path / "g", "safetensors", "llama-3.1-8b", *argv)

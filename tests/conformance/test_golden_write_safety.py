@@ -301,6 +301,7 @@ def test_sigint_leaves_a_whole_set(tmp_path, refs, point, k, finished):
     assert main(["golden", "verify", str(d)]) == 0
 
 
+@pytest.mark.slow
 def test_sigint_at_random_times_real_signal(tmp_path, refs):
     """A real Ctrl-C at several delays while the full catalogue is written over an older set."""
     full = tmp_path / "full"
@@ -407,6 +408,7 @@ def test_second_run_is_refused_while_the_lock_is_held(tmp_path, capsys, refs):
     assert _is_set(d, refs[OLD])
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs(tmp_path):
     """Two full-catalogue runs (safetensors and npz, so their files differ) into one directory at once:
     each ends whole or is refused, and the directory holds exactly one whole set."""

@@ -499,6 +499,7 @@ def _summary(proc) -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_pytest_mode_numpy(tmp_path):
     proc = _pytest(["--rope-backend", "numpy"], tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:]
@@ -506,6 +507,7 @@ def test_pytest_mode_numpy(tmp_path):
     assert f"{n} passed" in _summary(proc) and "error" not in _summary(proc)
 
 
+@pytest.mark.slow
 def test_pytest_mode_documented_minimal_backend_command():
     """The command of docs/writing-a-backend.md, run from the example's directory, passes."""
     proc = _pytest(["--rope-backend", "minimal_backend:MinimalBackend", "--rope-precision", "fp32"], EXAMPLES)
@@ -520,6 +522,7 @@ def test_pytest_mode_bad_backend_is_one_usage_error(tmp_path):
     assert proc.stderr.count("ERROR") == 1
 
 
+@pytest.mark.slow
 def test_pytest_mode_prerequisites_run_under_k(tmp_path):
     """`-k` on the short dynamic-NTK case still runs its long prerequisite first, so the leak is caught."""
     (tmp_path / "leaky.py").write_text((TESTS / "broken_backends.py").read_text())

@@ -226,6 +226,7 @@ vec = arrays(np.float64, 16, elements=st.floats(-10, 10, allow_nan=False, width=
     rotary_dim=st.sampled_from([4, 8, 16]),
     base=st.sampled_from([10.0, 10000.0, 5e5]),
 )
+@pytest.mark.slow
 def test_abel_exact_never_exceeds_bound(q, k, r, layout, rotary_dim, base):
     cfg = RopeConfig(16, layout=layout, rotary_dim=rotary_dim, base=base)
     exact, bound = abel_bound(q, k, r, cfg)
@@ -288,6 +289,7 @@ def test_score_curve_matches_rotated_dot_products(layout):
     np.testing.assert_allclose(score_curve(r, cfg, q, k), want, rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.slow
 def test_score_curve_random_average():
     r = np.arange(0.0, 64.0)
     ones = 2 * np.cos(np.outer(r, 10000.0 ** (-np.arange(64) / 64))).sum(axis=1)
@@ -312,6 +314,7 @@ def test_score_curve_random_average():
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_plot_decay_writes_png(tmp_path):
     path = tmp_path / "d.png"
     cfgs = [CFG, RopeConfig(128, layout="half", base=5e5), RopeConfig(64, layout="half", scaling=HalfFreq())]

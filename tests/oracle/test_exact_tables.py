@@ -51,6 +51,7 @@ def _assert_exact(got: np.ndarray, expected: np.ndarray, what: str) -> None:
 
 
 @pytest.mark.parametrize("base", BASES)
+@pytest.mark.slow
 def test_default_tables_every_head_dim(base):
     for d in ALL_HEAD_DIMS:
         _assert_exact(rope_ref.inv_freq(_cfg(d, base)), _round(_theta(base, d)), f"default d={d}")
@@ -145,6 +146,7 @@ FULL_SWEEP = os.environ.get("ROPE_REF_HYPOTHESIS_PROFILE") == "stress"
 
 
 @pytest.mark.parametrize("kind", sorted(SCALINGS))
+@pytest.mark.slow
 def test_scaled_tables_every_head_dim_and_base(kind):
     make, reference, seq_len = SCALINGS[kind]
     # d = 2 has no NTK exponent d/(d-2); the NTK-based types start at 4.

@@ -110,6 +110,7 @@ CASES = {
 
 @pytest.mark.parametrize("block", [1, 100, 4096, 1 << 14, 1 << 20])
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.slow
 def test_scratch_kernel_equals_the_formulas_with_temporaries(monkeypatch, case, block):
     monkeypatch.setattr(et, "_BLOCK", block)
     m, theta = CASES[case]

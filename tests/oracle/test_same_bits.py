@@ -88,6 +88,7 @@ def _raise(*args, **kwargs):
     raise AssertionError("a CPU-dependent NumPy function was called on the value path")
 
 
+@pytest.mark.slow
 def test_golden_generation_never_calls_cpu_dependent_numpy(tmp_path, monkeypatch):
     from rope_ref.cli import main
 
@@ -119,6 +120,7 @@ _CLI = "import sys; from rope_ref.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 @pytest.mark.parametrize("restrict", [False, True], ids=["all-cpu-features", "baseline-only"])
+@pytest.mark.slow
 def test_regenerated_golden_set_equals_the_shipped_bytes(tmp_path, restrict):
     extra = {"NPY_DISABLE_CPU_FEATURES": " ".join(_features_above_baseline())} if restrict else {}
     out = tmp_path / "golden"
@@ -145,6 +147,7 @@ print(hashlib.sha256(b"".join(np.ascontiguousarray(p).tobytes() for p in parts))
 """
 
 
+@pytest.mark.slow
 def test_reductions_give_the_same_bits_under_any_blas_threads_and_cpu_features():
     settings = [
         {},

@@ -70,6 +70,7 @@ def cases():
 
 
 @pytest.mark.parametrize("peer,precision", [(p, q) for p, qs in CI_RUNS.items() for q in qs])
+@pytest.mark.slow
 def test_peer_verdicts_match_findings(peer, precision, cases):
     ok, reason = peers.peer_status(peer)
     if not ok:
@@ -256,6 +257,7 @@ def test_cpu_peers_run_kernel_shapes_natively(peer, cases):
     assert all(any(a in r for a in allowed) for r in missing), missing
 
 
+@pytest.mark.slow
 def test_rotary_embedding_torch_offset_reproducer_fails_today():
     import importlib.util
     import subprocess
