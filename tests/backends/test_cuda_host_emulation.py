@@ -539,6 +539,7 @@ _KERNEL_OPS = ("apply", "apply_vjp", "cos_sin", "chatglm_apply_2d")
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.slow
 def test_conformance_suite_on_the_host_kernels(host_cupy, golden_cases, precision, inplace) -> None:
     from rope_ref.conformance.runner import Runner
 

@@ -53,6 +53,7 @@ def test_correct_float32_port_passes(cases, io):
 
 @pytest.mark.parametrize("io", IOS)
 @pytest.mark.parametrize("broken", bb.BROKEN, ids=lambda c: c.__name__)
+@pytest.mark.slow
 def test_every_broken_backend_fails_its_target(catches, broken, io):
     """Every broken port fails at every I/O dtype, and in a case of each bug class it targets."""
     failed, classes = catches(broken, io)

@@ -224,6 +224,7 @@ def test_requires_and_aux_round_trip(tmp_path):
 
 
 @pytest.mark.parametrize("label, mutate", _mutations(), ids=[m[0] for m in _mutations()])
+@pytest.mark.slow
 def test_schema_and_validator_reject_the_same_violations(label, mutate):
     _, manifest = golden.read_manifest()
     manifest = json.loads(json.dumps(manifest))

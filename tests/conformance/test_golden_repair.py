@@ -56,6 +56,7 @@ def refs(tmp_path_factory):
 
 @pytest.mark.parametrize("start", ["empty", "replace", "merge"])
 @pytest.mark.parametrize("step", range(1, N_STEPS + 1))
+@pytest.mark.slow
 def test_kill_at_every_swap_step_is_repaired_by_rerunning(tmp_path, refs, start, step):
     d = tmp_path / "d"
     extra = ("--replace",) if start == "replace" else ()

@@ -291,6 +291,7 @@ def _driver(tmp_path, point, k, out, preset=NEW):
         ("swap", 4, True),
     ],
 )
+@pytest.mark.slow
 def test_sigint_leaves_a_whole_set(tmp_path, refs, point, k, finished):
     d = tmp_path / "d"
     assert _gen(d, OLD) == 0

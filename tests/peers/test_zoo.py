@@ -118,6 +118,7 @@ def test_committed_page_matches_installed_transformers():
     )
 
 
+@pytest.mark.slow
 def test_candidate_finding_with_a_live_reproducer_is_a_finding():
     """MiniMax-M3-VL ignores its config's rotary_dim; the reproducer exits 1 while that holds."""
     if not hasattr(__import__("transformers.models.minimax_m3_vl", fromlist=["_"]), "__path__"):
