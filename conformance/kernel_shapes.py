@@ -1,4 +1,4 @@
-"""Issue 16: the shapes real kernels are called with, as conformance operations: how the runner presents
+"""The shapes real kernels are called with, as conformance operations: how the runner presents
 them to a backend, calls it and checks what it wrote (their cases and oracle evaluation are
 :mod:`conformance.cases.kernel_shapes`, their tolerance :mod:`rope_ref.tolerance`).
 

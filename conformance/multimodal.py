@@ -1,4 +1,4 @@
-"""Issue 20 point 6: the multi-axis / M-RoPE / vision / MLA operations of the conformance protocol, as
+"""The multi-axis / M-RoPE / vision / MLA operations of the conformance protocol, as
 the runner calls them (:func:`call`; their tolerance is :mod:`rope_ref.tolerance`).
 
 Their cases, oracle evaluation and JSON forms (``params["spec"]``, ``params["mla"]``) are
