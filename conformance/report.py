@@ -32,6 +32,12 @@ def reason_label(key: str) -> str:
     return REASON_LABELS.get(key, "not implemented")
 
 
+#: The optional fields of a case's JSON record.
+_OPTIONAL_FIELDS = (
+    "kind", "message", "xfail_reason", "unsupported_reason", "borrowed", "diagnosis", "detail", "reproducer"
+)
+
+
 @dataclass
 class CaseResult:
     """What happened to one case."""
@@ -69,22 +75,10 @@ class CaseResult:
             "status": self.status,
             "duration_s": round(self.duration, 6),
         }
-        if self.kind:
-            out["kind"] = self.kind
-        if self.message:
-            out["message"] = self.message
-        if self.xfail_reason:
-            out["xfail_reason"] = self.xfail_reason
-        if self.unsupported_reason:
-            out["unsupported_reason"] = self.unsupported_reason
-        if self.borrowed:
-            out["borrowed"] = True
-        if self.diagnosis:
-            out["diagnosis"] = self.diagnosis
-        if self.detail:
-            out["detail"] = self.detail
-        if self.reproducer:
-            out["reproducer"] = self.reproducer
+        for key in _OPTIONAL_FIELDS:  # written only when set, in this order
+            value = getattr(self, key)
+            if value:
+                out[key] = True if key == "borrowed" else value
         worst = self.worst
         if worst is not None:
             out["worst"] = {

@@ -10,7 +10,7 @@ import numpy as np
 
 from rope_ref.case import Case
 
-from .common import IO_DTYPES, activation_cases, as_positions, config_dict, make_case, table_cases
+from .common import IO_DTYPES, activation_cases, as_positions, config_dict, table_cases
 
 __all__ = ["CUSTOM_OPS", "revealing_positions", "custom_cases", "family_cases"]
 
@@ -107,7 +107,7 @@ def family_cases(
     rotations of :func:`custom_cases` (``rope``; ``layers``: one set per distinct layer RoPE), or the
     ``multiaxis_apply`` rotation of the model's multi-axis spec (``mrope``, ``vision``, ``chatglm-2d``,
     ``mla``'s rope part; ``mla`` adds its ``mla_softmax_scale``) at ``seq`` tokens of two heads."""
-    from .multiaxis import _rotation_cases, mla_to_dict
+    from .multiaxis import _rotation_cases, mla_scale_case
 
     if family == "rope":
         return custom_cases(model, shape=(1, seq, 2, model.head_dim), io_dtype=io_dtype, ops=ops, name=name)
@@ -139,16 +139,6 @@ def family_cases(
     rotations = _rotation_cases(name, spec, pos, (seq, 2, spec.head_dim), "custom", desc)
     cases = [c for c in rotations if c.io_dtype == io_dtype]
     if family == "mla":
-        cases.append(
-            make_case(
-                f"mla_softmax_scale-{name}",
-                "mla_softmax_scale",
-                None,
-                {},
-                bug_class="custom",
-                tolerance="scale",
-                params={"mla": mla_to_dict(model)},
-                description=f"{name}: qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2",
-            )
-        )
+        desc = f"{name}: qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2"
+        cases.append(mla_scale_case(name, model, "custom", desc))
     return cases

@@ -287,20 +287,23 @@ def vision_and_mla_cases() -> list[Case]:
     cases.append(_exact_case("vision_ids", "pixtral", grids, params, "vision_merge_window_order", desc))
     configs = [mla.preset(n) for n in mla.preset_names()]
     configs.append(mla.MLAConfig("no-yarn", 128, 64, 128, RopeConfig(64, layout="interleaved"), None))
-    for cfg in configs:
-        cases.append(
-            make_case(
-                f"mla_softmax_scale-{cfg.name}",
-                "mla_softmax_scale",
-                None,
-                {},
-                bug_class="mla_second_mscale",
-                tolerance="scale",
-                params={"mla": mla_to_dict(cfg)},
-                description="qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2 (HF DeepseekV3Attention)",
-            )
-        )
+    desc = "qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2 (HF DeepseekV3Attention)"
+    cases.extend(mla_scale_case(cfg.name, cfg, "mla_second_mscale", desc) for cfg in configs)
     return cases
+
+
+def mla_scale_case(name: str, cfg: Any, bug_class: str, description: str) -> Case:
+    """The ``mla_softmax_scale`` case of one MLA config (no inputs; the scale is a scalar)."""
+    return make_case(
+        f"mla_softmax_scale-{name}",
+        "mla_softmax_scale",
+        None,
+        {},
+        bug_class=bug_class,
+        tolerance="scale",
+        params={"mla": mla_to_dict(cfg)},
+        description=description,
+    )
 
 
 def multiaxis_cases() -> list[Case]:
