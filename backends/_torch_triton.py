@@ -27,6 +27,7 @@ import torch
 __all__ = [
     "KERNELS",
     "LAUNCH_OPTIONS",
+    "TILE_PAIRS",
     "check_kernel",
     "check_triton",
     "kernel_meta",
@@ -112,16 +113,24 @@ def _kernel():
 LAUNCH_OPTIONS = {"num_warps": 4, "enable_fp_fusion": False}
 
 
+#: Pairs per program tile. Compiled: about 1024 (H100, bf16 q+k (1, 4096, 32/8, 128), rope_rows_qk alone:
+#: 16 rows x 64 pairs ran at 100% of the device-to-device copy of the same bytes, the former 64 rows at 88%,
+#: 128 rows at 53%; docs/performance.md "GPU (H100)"). Interpreted: about 4096 (fewer, larger programs run
+#: faster under Triton's interpreter). The tile changes no result: every element is computed alone.
+TILE_PAIRS = {"compiled": 1024, "interpreted": 4096}
+
+
 def kernel_meta(layout: str, rd: int, head_dim: int, compute: torch.dtype) -> dict[str, Any]:
     """The kernel's compile-time constants for one configuration."""
     n = rd // 2
     block_n = 1 << max(0, (n - 1).bit_length())
     block_p = 0 if rd == head_dim else 1 << max(0, (head_dim - rd - 1).bit_length())
+    tile = TILE_PAIRS["interpreted" if _interpreting() else "compiled"]
     return {
         "INTERLEAVED": layout == "interleaved",
         "FP64": compute == torch.float64,
-        # rows per program: tiles of about 4096 pairs (fewer, larger programs also help the interpreter)
-        "ROWS": max(1, min(64, 4096 // max(block_n, block_p))),
+        # rows per program: tiles of about TILE_PAIRS pairs
+        "ROWS": max(1, min(64, tile // max(block_n, block_p))),
         "BLOCK_N": block_n,
         "BLOCK_P": block_p,
     }

@@ -1,9 +1,10 @@
 """``rope-ref golden generate | verify``: write golden vectors, or check a golden directory.
 
-``generate --out DIR`` writes the built-in catalogue (the shipped set). With ``--preset NAME`` or
-``--hf-config FILE --layout L`` it writes golden vectors for that model's RoPE and the given shapes, in
-the same format, for testing a port in another language. ``verify [DIR]`` checks schema, checksums and
-that the data matches a fresh float64 regeneration (default DIR: the shipped set).
+``generate --out DIR`` writes the built-in catalogue (the shipped set). With ``--preset NAME`` (a 1D,
+M-RoPE, vision, MLA or per-layer preset) or ``--hf-config FILE`` it writes golden vectors for that model's
+RoPE and the given shapes, in the same format, for testing a port in another language. ``verify [DIR]``
+checks schema, checksums and that the data matches a fresh float64 regeneration (default DIR: the shipped
+set).
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tensor file format (default safetensors; npz is written without pickle)",
     )
     src = gen.add_mutually_exclusive_group()
-    src.add_argument("--preset", help=f"a named model preset: {', '.join(_preset_names())}")
+    src.add_argument(
+        "--preset",
+        help=f"a named model preset (1D, M-RoPE, vision, MLA or per-layer): {', '.join(_preset_names())}",
+    )
     src.add_argument("--hf-config", help="a Hugging Face config.json to take the RoPE settings from")
     gen.add_argument(
         "--name",
@@ -103,7 +107,49 @@ def _preset_names() -> tuple[str, ...]:
         from ..presets import preset_names
     except ImportError:  # pragma: no cover - only while presets are missing
         return ()
-    return preset_names()
+    import importlib
+
+    names = list(preset_names())
+    for family, module in _FAMILY_PRESETS.items():
+        for name in importlib.import_module(module).preset_names():
+            names.append(name if name not in names else f"{family}:{name}")
+    return tuple(names)
+
+
+#: Model families with presets of their own (``rope_ref.hf_config.model_family``) -> the module whose
+#: ``preset`` / ``preset_names`` hold them. A 1D preset (``rope_ref.presets``) of the same name comes
+#: first; ``--preset FAMILY:NAME`` picks the family's.
+_FAMILY_PRESETS = {
+    "mrope": "rope_ref.mrope",
+    "vision": "rope_ref.vision_rope",
+    "mla": "rope_ref.mla",
+    "layers": "rope_ref.layers",
+}
+
+
+def _preset_model(name: str):
+    """``(family, model)`` of ``--preset NAME``: a 1D preset (family ``rope``), else the M-RoPE, vision,
+    MLA or per-layer preset of that name; ``FAMILY:NAME`` names the family."""
+    import importlib
+
+    from ..presets import preset_names
+
+    family, sep, bare = name.partition(":")
+    if sep and family not in _FAMILY_PRESETS:
+        raise ValueError(
+            f"--preset {name!r}: unknown family {family!r}; expected one of {sorted(_FAMILY_PRESETS)}"
+        )
+    if not sep and name in preset_names():
+        import rope_ref
+
+        return "rope", rope_ref.preset(name)
+    for fam, module in _FAMILY_PRESETS.items():
+        if sep and fam != family:
+            continue
+        table = importlib.import_module(module)
+        if (bare if sep else name) in table.preset_names():
+            return fam, table.preset(bare if sep else name)
+    raise ValueError(f"--preset: unknown preset {name!r}; expected one of {', '.join(_preset_names())}")
 
 
 #: Exit statuses of ``verify`` and ``conformance run`` (also in ``rope-ref --help``): 0 passed, 1 a case
@@ -146,8 +192,6 @@ def _custom_config(args: argparse.Namespace):
         preset = getattr(rope_ref, "preset", None)
         if preset is None:
             raise ValueError("--preset: this rope_ref has no presets (rope_ref.preset is missing)")
-        if args.layout is not None:
-            raise ValueError("--layout cannot be combined with --preset (the preset fixes the layout)")
         return preset(args.preset), _model_name(args, None)
     from ..config import RopeConfig
 
@@ -181,8 +225,15 @@ _READERS = {
 
 
 def _custom_model(args: argparse.Namespace):
-    """``(family, model, case-id prefix)``: a --preset or a 1D --hf-config is a RopeConfig (family
-    ``rope``); any other --hf-config is read by its family's ``from_hf`` (layout from the model type)."""
+    """``(family, model, case-id prefix)``: a 1D --preset or --hf-config is a RopeConfig (family ``rope``);
+    a multi-axis, MLA or per-layer --preset is that family's preset (:func:`_preset_model`), and any other
+    --hf-config is read by its family's ``from_hf`` (layout from the model type)."""
+    if args.preset:
+        if args.layout is not None:
+            raise ValueError("--layout cannot be combined with --preset (the preset fixes the layout)")
+        family, model = _preset_model(args.preset)
+        if family != "rope":
+            return family, model, _model_name(args, None)
     if args.hf_config:
         import importlib
 

@@ -147,11 +147,24 @@ def _load_xfails(loader, path: str) -> dict[str, str]:
 
 
 def _load_cases(golden: str | None, limits=None):
+    """The cases' headers; their tensors are read case by case while they run (bounded memory)."""
     try:
-        from .golden import DEFAULT_LIMITS, load_golden
+        from .golden import DEFAULT_LIMITS, open_golden
     except ImportError as exc:  # pragma: no cover - only while the golden module is missing
         raise ValueError(f"the golden-vector loader is not available: {exc}") from None
-    return load_golden(golden, limits or DEFAULT_LIMITS)
+    return open_golden(golden, limits or DEFAULT_LIMITS)
+
+
+def _golden_refused(exc: BaseException, golden: str | None, err) -> int:
+    """Report a golden set refused while planned or read (one line) and return its exit status."""
+    from .cli_golden import EXIT_CORRUPT, EXIT_REFUSED
+    from .golden import GoldenLimitError
+
+    if isinstance(exc, MemoryError):
+        print(f"rope-ref conformance: error: {golden}: out of memory reading the golden set", file=err)
+        return EXIT_CORRUPT
+    print(f"rope-ref conformance: error: {' '.join(str(exc).split())}", file=err)
+    return EXIT_REFUSED if isinstance(exc, GoldenLimitError) else EXIT_CORRUPT
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -165,18 +178,13 @@ def _run(args: argparse.Namespace) -> int:
         for path, flag in ((args.json_report, "--json-report"), (args.junit_xml, "--junit-xml")):
             if path is not None:
                 _check_report_path(path, flag)
-    from .cli_golden import EXIT_CORRUPT, EXIT_REFUSED
-    from .golden import GoldenError, GoldenLimitError, parse_limits
+    from .golden import GoldenError, parse_limits
 
     limits = parse_limits(getattr(args, "limit", None))
     try:
-        cases = _load_cases(args.golden, limits)  # verifies schema and checksums before anything runs
-    except GoldenError as exc:
-        print(f"rope-ref conformance: error: {' '.join(str(exc).split())}", file=err)
-        return EXIT_REFUSED if isinstance(exc, GoldenLimitError) else EXIT_CORRUPT
-    except MemoryError:
-        print(f"rope-ref conformance: error: {args.golden}: out of memory reading the golden set", file=err)
-        return EXIT_CORRUPT
+        cases = _load_cases(args.golden, limits)  # schema, sizes and files checked before anything runs
+    except (GoldenError, MemoryError) as exc:
+        return _golden_refused(exc, args.golden, err)
     xfails = _load_xfails(load_xfails, args.xfails) if args.xfails else None
     if args.list:
         for c in select_cases(cases, args.select):
@@ -206,9 +214,14 @@ def _run(args: argparse.Namespace) -> int:
     print(f"golden:  {args.golden or 'shipped set'} ({len(cases)} cases)", file=out)
     if select_cases(cases, args.select):
         print(applicability_line(cases, runner, args.select), file=out)
-    report = runner.run(
-        cases, select=args.select, xfails=xfails, progress=None if args.quiet else progress_printer(err)
-    )
+    try:
+        report = runner.run(
+            cases, select=args.select, xfails=xfails, progress=None if args.quiet else progress_printer(err)
+        )
+    except (GoldenError, MemoryError) as exc:  # a file is read when its case runs: corrupt, or over a limit
+        if not args.quiet:
+            print(file=err)  # end the progress line
+        return _golden_refused(exc, args.golden, err)
     if not report.results:
         print(f"rope-ref conformance: no case id matches -k {args.select!r}", file=err)
         return 2

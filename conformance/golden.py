@@ -5,7 +5,8 @@ A golden directory holds ``manifest.json`` and one tensor file per case (safeten
 
 * ``golden_manifest``: constants and the schema check (:func:`validate_manifest`);
 * ``golden_limits``: the reading limits a user can raise (:class:`ReadLimits`);
-* ``golden_reading``: bounded, symlink-free reading (:func:`read_manifest`, :func:`load_golden`);
+* ``golden_reading``: bounded, symlink-free reading (:func:`read_manifest`, :func:`load_golden`, and
+  :func:`open_golden` for reading case by case);
 * ``golden_verify``: :func:`verify_golden` against a fresh regeneration;
 * ``golden_build`` / ``golden_target`` / ``golden_merge``: the set in memory, the target directory (lock,
   ownership, swap journal) and merging into an existing set, used by :func:`write_golden` here.
@@ -43,7 +44,15 @@ from .golden_manifest import (
     validate_manifest,
 )
 from .golden_merge import merge_sets
-from .golden_reading import iter_golden, load_golden, plan_golden, read_manifest, shipped_dir
+from .golden_reading import (
+    GoldenCases,
+    iter_golden,
+    load_golden,
+    open_golden,
+    plan_golden,
+    read_manifest,
+    shipped_dir,
+)
 from .golden_target import (
     _NOFOLLOW,
     JOURNAL_NAME,
@@ -84,6 +93,8 @@ __all__ = [
     "shipped_dir",
     "write_golden",
     "load_golden",
+    "open_golden",
+    "GoldenCases",
     "iter_golden",
     "plan_golden",
     "read_manifest",

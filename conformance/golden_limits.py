@@ -21,8 +21,10 @@ __all__ = [
     "DEFAULT_LIMITS",
     "parse_limits",
     "check_declared",
+    "check_values",
+    "evaluation_parts",
     "evaluation_elements",
-    "data_elements",
+    "data_parts",
 ]
 
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "int64": 8, "int32": 4}
@@ -113,35 +115,42 @@ def _width(entry: dict[str, Any]) -> int:
     return max(w for w in widths if isinstance(w, int) and not isinstance(w, bool))
 
 
-def evaluation_elements(entry: dict[str, Any]) -> int:
-    """Elements a case holds plus what re-evaluating it allocates, from its manifest entry alone.
+def evaluation_parts(entry: dict[str, Any]) -> list[tuple[str, int]]:
+    """``(field, elements)``: what a case holds and what re-evaluating it allocates, from its manifest
+    entry alone, one part per field that sizes it (``field`` names it and its value).
 
     Stored tensors count once; every position-like input counts once per channel of the widest head
-    (a table row per position), after broadcasting against the activations' leading axes. Python
-    integers throughout, so no size can overflow.
+    (a table row per position), after broadcasting against the activations' leading axes;
+    ``mrope_decode_ids`` allocates ``3·B·n_new``. Python integers throughout, so no size can overflow.
     """
     groups = [entry.get(role, {}) for role in ("inputs", "expected", "aux")]
-    total = sum(_elements(spec["shape"]) for group in groups for spec in group.values())
+    parts = [("stored tensors", sum(_elements(spec["shape"]) for group in groups for spec in group.values()))]
     inputs = entry.get("inputs", {})
     width = _width(entry)
     lead = [
         spec["shape"][:-1] for name, spec in inputs.items() if name in _ACTIVATION_NAMES and spec["shape"]
     ]
-    rows = 0
     for name, spec in inputs.items():
         if name not in _POSITION_NAMES:
             continue
         n = _elements(spec["shape"])
         for shape in lead:
             n = max(n, _elements(shape), _elements(_broadcast(spec["shape"], shape)))
-        rows += n
+        parts.append((f"inputs.{name} shape {spec['shape']} x head width {width}", n * width))
     if entry.get("op") in ("inv_freq", "attention_factor", "mla_softmax_scale"):
-        rows += 1
+        parts.append((f"a table of head width {width}", width))
     params = entry.get("params", {})
     n_new = params.get("n_new") if isinstance(params, dict) else None
     if isinstance(n_new, int) and "deltas" in inputs:
-        total += 3 * max(n_new, 0) * _elements(inputs["deltas"]["shape"][:1])
-    return total + rows * width
+        parts.append(
+            (f"params.n_new = {n_new}", 3 * max(n_new, 0) * _elements(inputs["deltas"]["shape"][:1]))
+        )
+    return parts
+
+
+def evaluation_elements(entry: dict[str, Any]) -> int:
+    """Elements a case holds plus what re-evaluating it allocates (the sum of :func:`evaluation_parts`)."""
+    return sum(n for _, n in evaluation_parts(entry))
 
 
 def _broadcast(a: list[int], b: list[int]) -> list[int]:
@@ -152,20 +161,35 @@ def _broadcast(a: list[int], b: list[int]) -> list[int]:
     return [max(x, y) for x, y in zip(a, b, strict=True)]
 
 
-def data_elements(op: str, inputs: dict[str, Any]) -> int:
-    """Elements a re-evaluation allocates that only the stored *values* reveal: patch grids (``t·h·w``
-    per image) and sequence boundaries (``cu_seqlens``: the longest sequence)."""
-    total = 0
+def data_parts(inputs: dict[str, Any]) -> list[tuple[str, int]]:
+    """``(field, elements)`` a re-evaluation allocates that only the stored *values* reveal: per patch
+    grid row (``t, h, w`` or ``h, w``) ``3·t·h·w`` ids, counting a zero or negative entry as 1 (the axes
+    are still laid out; the oracle refuses it only later), and the longest sequence of ``cu_seqlens``."""
+    parts = []
     for name in ("grids", "image_grid_thw", "video_grid_thw"):
         arr = inputs.get(name)
         if arr is None or getattr(arr, "ndim", 0) != 2:
             continue
-        for row in arr.tolist():
-            total += math.prod(abs(int(v)) for v in row) * 3
+        for i, row in enumerate(arr.tolist()):
+            parts.append((f"inputs.{name}[{i}] = {row}", 3 * math.prod(max(abs(int(v)), 1) for v in row)))
     cu = inputs.get("cu_seqlens")
     if cu is not None and getattr(cu, "size", 0):
-        total += max(abs(int(v)) for v in cu.ravel().tolist())
-    return total
+        top = max(abs(int(v)) for v in cu.ravel().tolist())
+        parts.append((f"inputs.cu_seqlens holding {top}", top))
+    return parts
+
+
+def check_values(where: str, inputs: dict[str, Any], limits: ReadLimits) -> None:
+    """Refuse a case whose stored values (:func:`data_parts`) would make re-evaluation allocate more than
+    ``limits.case_elements``, before it allocates anything; the error names the largest field."""
+    _check_parts(where, "elements its stored values make re-evaluation allocate", data_parts(inputs), limits)
+
+
+def _check_parts(where: str, what: str, parts: list[tuple[str, int]], limits: ReadLimits) -> None:
+    total = sum(n for _, n in parts)
+    if total > limits.case_elements:
+        field = max(parts, key=lambda part: part[1])[0]
+        raise limits.refuse(where, f"{what} (most for {field})", total, "case_elements")
 
 
 def check_declared(root_name: str, entry: dict[str, Any], limits: ReadLimits) -> None:
@@ -182,6 +206,4 @@ def check_declared(root_name: str, entry: dict[str, Any], limits: ReadLimits) ->
                 raise limits.refuse(
                     where, f"{role}.{name} {spec['dtype']}{shape} size", nbytes, "tensor_bytes", " bytes"
                 )
-    n = evaluation_elements(entry)
-    if n > limits.case_elements:
-        raise limits.refuse(where, "elements held and allocated by re-evaluation", n, "case_elements")
+    _check_parts(where, "elements held and allocated by re-evaluation", evaluation_parts(entry), limits)

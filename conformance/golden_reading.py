@@ -3,9 +3,11 @@
 :func:`read_manifest` reads ``manifest.json`` only if it is a regular file inside the directory (never a
 symlink, FIFO or device) within ``limits.manifest_bytes``, refusing duplicate keys, and validates it.
 :func:`plan_golden` then checks every case's declared sizes against :class:`ReadLimits` and every file's
-name, kind and size on disk, before any tensor file is read. :func:`iter_golden` reads each distinct file
-once (checksum streamed while reading, parse bounded by its header) while the cases that list it run, and
-drops it after the last one; :func:`load_golden` returns all cases, checked, in manifest order.
+name, kind and size on disk, before any tensor file is read. :func:`iter_golden` (and
+:meth:`GoldenCases.stream`, what ``conformance run`` reads through) then reads the set case by case: a
+file is read (checksum streamed while reading, parse bounded by its header) when its case is reached,
+once for a run of consecutive cases that list it, and released before the next file is read, so at most
+one file's tensors are held at once; :func:`load_golden` returns all cases, checked, in manifest order.
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -26,7 +27,16 @@ from .golden_limits import DEFAULT_LIMITS, GoldenLimitError, ReadLimits, check_d
 from .golden_manifest import _FILE_RE, _ROLES, FORMATS, MANIFEST, GoldenError, parse_json, validate_manifest
 from .safetensors_io import SafetensorsError, SizeLimitError, read_npz, read_safetensors
 
-__all__ = ["shipped_dir", "read_manifest", "plan_golden", "iter_golden", "load_golden", "GoldenPlan"]
+__all__ = [
+    "shipped_dir",
+    "read_manifest",
+    "plan_golden",
+    "iter_golden",
+    "load_golden",
+    "open_golden",
+    "GoldenPlan",
+    "GoldenCases",
+]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -192,9 +202,10 @@ def plan_golden(path: str | os.PathLike | None = None, limits: ReadLimits = DEFA
         elif shas[fpath] != case["sha256"]:
             raise GoldenError(f"{fpath}: cases list it with different sha256 values (case {case['id']!r})")
         paths.append(fpath)
-    total = sum(sizes.values())
+    # bytes a run reads: each file once per run of consecutive cases that list it (once, in a set we wrote)
+    total = sum(sizes[p] for i, p in enumerate(paths) if i == 0 or paths[i - 1] != p)
     if total > limits.run_bytes:
-        raise limits.refuse(f"{root}", "total size of the tensor files", total, "run_bytes", " bytes")
+        raise limits.refuse(f"{root}", "bytes of tensor files a run reads", total, "run_bytes", " bytes")
     return GoldenPlan(root, manifest, paths, sizes, limits)
 
 
@@ -249,24 +260,74 @@ def _case(entry: dict[str, Any], groups: dict[str, dict]) -> Case:
     )
 
 
-def iter_golden(plan: GoldenPlan) -> Iterator[Case]:
-    """The cases of ``plan`` in manifest order, each file read once and held only while cases that list
-    it remain; a file that fails its checksum or structure raises :class:`GoldenError` when reached."""
+def _read_cases(plan: GoldenPlan, ids: Collection[str] | None = None) -> Iterator[Case]:
+    """The cases of ``plan`` (only those whose id is in ``ids``, when given) in manifest order, with their
+    tensors. A file is read (checksum streamed, parse bounded) when the first of a run of consecutive such
+    cases that list it is reached, and dropped before another file is read; a file that fails its checksum
+    or structure raises :class:`GoldenError` naming it when reached."""
     fmt = plan.manifest["format"]
-    remaining = Counter(plan.paths)
-    held: dict[Path, dict[str, np.ndarray]] = {}
+    current: Path | None = None
+    tensors: dict[str, np.ndarray] = {}
     for entry, fpath in zip(plan.manifest["cases"], plan.paths, strict=True):
-        tensors = held.get(fpath)
-        if tensors is None:
+        if ids is not None and entry["id"] not in ids:
+            continue
+        if fpath != current:
+            current, tensors = None, {}  # drop the previous file before reading the next
             data = read_bounded(fpath, plan.sizes[fpath], entry["sha256"])
             tensors = _read_tensors(fpath, data, fmt, plan.limits)
             del data
-        remaining[fpath] -= 1
-        if remaining[fpath]:
-            held[fpath] = tensors
-        else:
-            held.pop(fpath, None)
+            current = fpath
         yield _case(entry, _check_tensors(fpath, entry, tensors))
+
+
+def iter_golden(plan: GoldenPlan, ids: Collection[str] | None = None) -> Iterator[Case]:
+    """The cases of ``plan`` (those whose id is in ``ids``, when given) in manifest order, read case by case:
+    a file is read when its case (or a run of consecutive cases that list it) is reached, and each case's
+    tensors are released (its ``inputs``, ``expected`` and ``aux`` emptied) when the next case is asked
+    for, so at most one file's tensors are held at once. Use a case before asking for the next one
+    (:func:`load_golden` keeps every case)."""
+    for case in _read_cases(plan, ids):
+        yield case
+        for group in (case.inputs, case.expected, case.aux):
+            group.clear()
+
+
+class GoldenCases(Sequence[Case]):
+    """The cases of a planned golden set as headers: every field of each :class:`Case` but its tensors
+    (``inputs``, ``expected`` and ``aux`` are empty), enough to select, list and judge applicability.
+
+    :meth:`stream` reads the tensors of the cases to run, case by case (:func:`iter_golden`): what
+    ``conformance run`` holds, so that its memory is bounded by one case's file, not by the set.
+    """
+
+    def __init__(self, plan: GoldenPlan) -> None:
+        self.plan = plan
+        self._headers = [_case(entry, {role: {} for role in _ROLES}) for entry in plan.manifest["cases"]]
+
+    def __len__(self) -> int:
+        return len(self._headers)
+
+    @overload
+    def __getitem__(self, index: int) -> Case: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Case]: ...
+    def __getitem__(self, index):
+        return self._headers[index]
+
+    def stream(self, chosen: Iterable[Case]) -> Iterator[Case]:
+        """The cases of ``chosen`` (headers of this set) with their tensors, in manifest order, each
+        released when the next is asked for (:func:`iter_golden`)."""
+        ids = {case.id for case in chosen}
+        unknown = ids - {case.id for case in self._headers}
+        if unknown:
+            raise ValueError(f"case {sorted(unknown)[0]!r} is not a case of the golden set {self.plan.root}")
+        return iter_golden(self.plan, ids)
+
+
+def open_golden(path: str | os.PathLike | None = None, limits: ReadLimits = DEFAULT_LIMITS) -> GoldenCases:
+    """The cases of a golden directory (default: the shipped set) as :class:`GoldenCases`, after every
+    check that needs no tensor file's content (:func:`plan_golden`); tensors are read when streamed."""
+    return GoldenCases(plan_golden(path, limits))
 
 
 def load_golden(path: str | os.PathLike | None = None, limits: ReadLimits = DEFAULT_LIMITS) -> list[Case]:
@@ -275,6 +336,6 @@ def load_golden(path: str | os.PathLike | None = None, limits: ReadLimits = DEFA
     Checks, before returning anything: schema, sizes against ``limits``, file names confined to the
     directory, sha256 of every file, file structure and that tensors match the manifest's names, dtypes
     and shapes. Raises :class:`GoldenError` naming the first offending file (:class:`GoldenLimitError`
-    when a limit, not corruption, stopped it). A file listed by several cases is read once.
+    when a limit, not corruption, stopped it). A file listed by consecutive cases is read once.
     """
-    return list(iter_golden(plan_golden(path, limits)))
+    return list(_read_cases(plan_golden(path, limits)))

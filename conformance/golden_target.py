@@ -199,11 +199,12 @@ def is_our_staging(path: Path) -> bool:
     """A leftover staging directory: a real directory holding only regular files with golden names."""
     if path.is_symlink() or not path.is_dir():
         return False
-    for entry in os.scandir(path):
-        if not entry.is_file(follow_symlinks=False):
-            return False
-        if entry.name not in (MANIFEST, JOURNAL_NAME) and not _FILE_RE.match(entry.name):
-            return False
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if not entry.is_file(follow_symlinks=False):
+                return False
+            if entry.name not in (MANIFEST, JOURNAL_NAME) and not _FILE_RE.match(entry.name):
+                return False
     return True
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .case import Case
-from .golden_limits import DEFAULT_LIMITS, ReadLimits, data_elements
+from .golden_limits import DEFAULT_LIMITS, ReadLimits, check_values
 from .golden_manifest import GoldenError
 from .golden_reading import iter_golden, plan_golden
 
@@ -104,14 +104,7 @@ def verify_golden(path: str | os.PathLike | None = None, limits: ReadLimits = DE
 def _verify_case(root: Path, case: Case, limits: ReadLimits, report: VerifyReport) -> None:
     from .catalogue import auxiliary, evaluate
 
-    n = data_elements(case.op, case.inputs)
-    if n > limits.case_elements:
-        raise limits.refuse(
-            f"{root}: case {case.id!r}",
-            "elements its stored grids make re-evaluation allocate",
-            n,
-            "case_elements",
-        )
+    check_values(f"{root}: case {case.id!r}", case.inputs, limits)
     try:
         fresh = evaluate(case.op, case.config, case.inputs, case.params)
         fresh_aux = auxiliary(case.op, case.config, case.inputs, case.params)

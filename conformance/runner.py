@@ -35,6 +35,7 @@ import numpy as np
 from . import kernel_shapes, multimodal
 from .case import Case
 from .diagnose import diagnose, exact_detail
+from .golden_reading import GoldenCases
 from .kernel_shapes import KERNEL_OPS
 from .multimodal import MULTIMODAL_OPS
 from .protocol import Backend, Unsupported
@@ -465,7 +466,9 @@ class Runner:
     ) -> SuiteReport:
         """Run ``cases`` in order; ``select`` is a regex searched in each case id (``-k``).
 
-        Cases a selected case ``requires`` run too, before it (:func:`select_cases`).
+        Cases a selected case ``requires`` run too, before it (:func:`select_cases`). A
+        :class:`~.golden_reading.GoldenCases` is read case by case; a file found corrupt or over a limit
+        when its case is reached raises :class:`~.golden_manifest.GoldenError` naming it.
         """
         chosen = select_cases(cases, select)
         xfails = dict(xfails or {})
@@ -473,7 +476,9 @@ class Runner:
         warnings: list[str] = []
         results: list[CaseResult] = []
         start = time.perf_counter()
-        for i, case in enumerate(chosen, 1):
+        # A golden set read case by case: each file is read when its case runs and released after.
+        loaded = cases.stream(chosen) if isinstance(cases, GoldenCases) else chosen
+        for i, case in enumerate(loaded, 1):
             result = self.run_case(case)
             match = _xfail_reason(case.id, xfails)
             if match is not None:

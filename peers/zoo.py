@@ -22,7 +22,7 @@ from typing import Any
 
 from .zoo_probe import VERDICTS, Verdict, discover, probe
 
-__all__ = ["add_arguments", "run", "scan", "architecture_verdict", "write_page", "PAGE_SCHEMA"]
+__all__ = ["add_arguments", "run", "scan", "architecture_verdict", "justified", "write_page", "PAGE_SCHEMA"]
 
 PAGE_SCHEMA = "rope-ref-transformers-zoo/1"
 #: Verdict order for an architecture with several rotary classes: the worst one names it.
@@ -111,13 +111,33 @@ def _variants(name: str, rows: list[dict], timeout: float) -> list[dict]:
     return out
 
 
+#: One-line justification of a gap the run cannot close itself (shown with the architecture's verdict).
+JUSTIFICATIONS = {
+    "cosmos3_edge": "its text rotary is Qwen3-VL's interleaved M-RoPE (sections [24, 20, 20], the class is "
+    "Qwen3VLTextRotaryEmbedding renamed); rope_ref.mrope.from_hf has no rule for model_type "
+    "'cosmos3_edge_text' yet (rope_ref/mrope.py _HF_TYPES)",
+}
+
+
+def justified(row: dict) -> dict:
+    """``row`` with its architecture's :data:`JUSTIFICATIONS` entry added to the detail of a gap."""
+    why = JUSTIFICATIONS.get(row.get("architecture", ""))
+    if why is None or row.get("verdict") not in ("not expressible", "error"):
+        return row
+    return {**row, "detail": f"{row.get('detail', '')}; justification: {why}"}
+
+
 def _confirmed(name: str, verdict: dict) -> dict:
     """A candidate finding with a reproducer ``peers/reproducers/hf_<name>_*.py`` that still exits 1 (the
-    behaviour is present in the installed transformers) is a finding."""
+    behaviour is present in the installed transformers) is a finding. A reproducer of an architecture
+    whose name extends ``name`` (``hf_glm4_moe_*`` for ``glm4``) is not ``name``'s."""
     import subprocess
 
     here = Path(__file__).resolve().parent / "reproducers"
+    longer = [other for other, _ in discover() if other.startswith(f"{name}_")]  # glm4 vs glm4_moe
     for script in sorted(here.glob(f"hf_{name}_*.py")):
+        if any(script.name.startswith(f"hf_{other}_") for other in longer):
+            continue
         try:
             rc = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120).returncode
         except subprocess.TimeoutExpired:
@@ -155,7 +175,7 @@ def scan(
         if any(v["verdict"] == "candidate finding" for v in variants) and verdict["verdict"] == "agrees":
             verdict["verdict"] = "candidate finding"
             verdict["detail"] = "a rope variant disagrees (see variants)"
-        out.append({"architecture": name, **verdict, "classes": rows, "variants": variants})
+        out.append(justified({"architecture": name, **verdict, "classes": rows, "variants": variants}))
     return out
 
 
@@ -185,10 +205,13 @@ def _markdown(page: dict) -> str:
         'Vision-tower rotaries (`rope_type` "axial") are called on (row, column) patch ids of an 8x8 and '
         "a 4x16 image and an 8x8 one moved to 500, applied by the module's vision apply function and "
         "compared with `rope_ref.vision_rope.from_hf`; an architecture's verdict is its text rotaries' "
-        "(its vision rotaries' when it has no other). A *finding* is either a default config that cannot "
-        "run its own rotary, or a candidate finding whose reproducer `peers/reproducers/hf_<arch>_*.py` "
-        "still exits 1 on the installed transformers; a rotary whose `forward` takes no position ids "
-        "(positions from the input's shape or timestamps) is *not expressible* by the run's own rule.",
+        "(its vision rotaries' when it has no other). A *finding* is a candidate (a rotary that disagrees, "
+        "or a default config that cannot build or run its own rotary or gives it an odd width) whose "
+        "reproducer `peers/reproducers/hf_<arch>_*.py` still exits 1 on the installed transformers "
+        "(GLM-4V's default M-RoPE sections are recognised by their error); a rotary whose `forward` takes "
+        "no position ids (positions from the input's shape or timestamps) is *not expressible* by the "
+        "run's own rule; a config flag that switches the rotary off (Zamba2's `use_mem_rope`) is switched "
+        "on, and the row says so; a gap the run cannot close carries a one-line justification.",
         "",
         f"**{len(archs)} architectures**, {sum(len(a['classes']) for a in archs)} rotary classes. "
         "Architecture verdicts:",

@@ -22,6 +22,9 @@ import numpy as np
 
 __all__ = ["discover", "probe", "Verdict", "VERDICTS"]
 
+#: Config flags that turn a model's RoPE off (Zamba2's shared attention); the zoo probes the rotary with
+#: the flag on, and says so.
+_ROPE_SWITCHES = ("use_mem_rope",)
 #: The classes of the zoo page, best first.
 VERDICTS = ("agrees", "finding", "candidate finding", "divergence", "not expressible", "not a RoPE", "error")
 _ROTARY = re.compile(r"^class (\w+RotaryEmbedding)\b", re.M)
@@ -103,6 +106,9 @@ def _build(rot_cls: type, configs: list[Any]) -> tuple[Any, Any]:
     ``(config=config)``); else raises the last error."""
     last: Exception | None = None
     params = list(inspect.signature(rot_cls.__init__).parameters)[1:]
+    typed = inspect.signature(rot_cls.__init__).parameters[params[0]].annotation if params else None
+    if params and params[0] != "config" and isinstance(typed, type) and hasattr(typed, "to_dict"):
+        return rot_cls(typed()), typed()  # a rotary built from a typed sub-config (EsmFold2's atom_config)
     if params and params[0] not in ("config",) and "config" not in params:
         raise TypeError(
             f"constructor {rot_cls.__name__}{inspect.signature(rot_cls.__init__)} takes no config"
@@ -188,6 +194,8 @@ def _oracle_specs(cfg_dict: Mapping[str, Any], layout: str | None, layer_types: 
     family = model_family(cfg_dict)
     if family == "mrope":
         return family, {"default": mrope.from_hf(cfg_dict).rope}
+    if family == "mla" and layer_types:  # per-layer-type MLA rope parts (dots3.note): one RopeConfig each
+        return family, {k: from_config(v) for k, v in rope_configs_from_hf(cfg_dict, layout=layout).items()}
     if family == "mla":
         return family, {"default": from_config(mla.from_hf(cfg_dict, layout=layout).rope)}
     if family == "layers" and cfg_dict.get("layer_rope_theta") is not None:  # one rotary per distinct base
@@ -248,12 +256,22 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
         rot, config = _build(rot_cls, _candidate_configs(name, rot_name))
     except Exception as exc:  # noqa: BLE001
         text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        if isinstance(exc, (KeyError, IndexError)):  # the rotary's own __init__ reads what the config lacks
+            return Verdict(
+                verdict="candidate finding",
+                detail=f"the default config cannot build its own rotary ({text})",
+                ratio=None,
+                mechanism="",
+            )
         return Verdict(
             verdict="error", detail=f"cannot build from default config: {text}", ratio=None, mechanism=""
         )
     if variant:
         config.rope_parameters = {**(config.rope_parameters or {}), **variant}
         rot = rot_cls(config)
+    switched = [k for k in _ROPE_SWITCHES if getattr(config, k, None) is False]
+    for key in switched:  # the rotary the model uses when its switch is on
+        setattr(config, key, True)
     rp = getattr(config, "rope_parameters", None)
     if isinstance(rp, Mapping) and rp.get("rope_type") == "axial":  # a 2D-patch-id vision rotary
         return _probe_vision(mod, rot, config)
@@ -294,6 +312,13 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
     for lt in layer_types or [None]:
         try:
             first = _hf_rotate(rot, mod, fn, config, pos, lt, dtype, rng)
+        except _ForwardFails as exc:  # with a variant: the model's rotary does not take that rope type
+            return Verdict(
+                verdict="error" if variant else "candidate finding",
+                detail=f"the {'variant' if variant else 'default'} config cannot run its own rotary ({exc})",
+                ratio=None,
+                mechanism="",
+            )
         except RuntimeError as exc:
             if "split_with_sizes" not in str(exc) or _has_sections(config):
                 raise
@@ -325,6 +350,14 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
                     note = f"head_dim {floored} given (transformers floors hidden_size / heads)"
             except (ValueError, KeyError, TypeError, NotImplementedError) as exc:
                 text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                if "not a positive even integer" in text:  # transformers builds (w + 1) // 2 pairs instead
+                    return Verdict(
+                        verdict="candidate finding",
+                        detail=f"the default config gives an odd rotary width ({text}); HF rotates {width} "
+                        "channels",
+                        ratio=None,
+                        mechanism="",
+                    )
                 return Verdict(
                     verdict="not expressible", detail=f"oracle from config: {text}", ratio=None, mechanism=""
                 )
@@ -366,6 +399,8 @@ def _probe(name: str, rot_name: str, seed: int, variant: Mapping | None = None) 
     )
     if note:
         detail += "; " + note
+    if switched:
+        detail += "; " + ", ".join(f"{k}=True (default False: no RoPE)" for k in switched)
     verdict = "agrees" if ratio <= 1.0 else "candidate finding"
     if "transpose rotation" in note:
         verdict = "divergence"
@@ -460,7 +495,16 @@ def _hf_rotate(rot, mod, fn, config, pos, layer_type, dtype, rng):
         step = 7 if _has_sections(config) or fallback else 0
         pid = torch.stack([pid + step * s for s in range(3)])
         streams = 3 if step else 1
-    out = rot(dummy, pid, **kwargs)
+    try:
+        out = rot(dummy, pid, **kwargs)
+    except RuntimeError as exc:
+        if "split_with_sizes" in str(exc):  # GLM-4V's fallback sections: judged by the caller
+            raise
+        if pid.ndim != 3 or streams != 1:
+            raise _ForwardFails(" ".join(f"{type(exc).__name__}: {exc}".split())[:200]) from None
+        out = rot(dummy, pid[0], **kwargs)  # equal streams: the rotary expands (B, S) ids itself (NeoMME)
+    except (TypeError, KeyError, AttributeError) as exc:
+        raise _ForwardFails(" ".join(f"{type(exc).__name__}: {exc}".split())[:200]) from None
     if torch.is_tensor(out) and out.is_complex():  # Llama 4: freqs_cis (B, S, D/2); apply on (B, S, H, D)
         width = 2 * int(out.shape[-1])
         x = rng.standard_normal((_B, _H, _S, int(_head_dim(config, width))))
@@ -475,7 +519,7 @@ def _hf_rotate(rot, mod, fn, config, pos, layer_type, dtype, rng):
     if cos.ndim != 3 or cos.shape[:2] != pos.shape:
         return None
     width = int(cos.shape[-1])
-    head = int(_head_dim(config, width))
+    head = int(_head_dim(_layer_config(config, layer_type), width))
     x = rng.standard_normal((_B, _H, _S, head))
     q = torch.from_numpy(x).to(dtype)
     y, split = _rotate(fn, q, cos.to(dtype), sin.to(dtype), config)
@@ -486,6 +530,21 @@ def _hf_rotate(rot, mod, fn, config, pos, layer_type, dtype, rng):
         inv = inverse_layout_permutation(RopeConfig(width, layout="interleaved"))
         got = np.concatenate([got[..., :width][..., inv], got[..., width:]], axis=-1)
     return x, got, streams, split, width
+
+
+class _ForwardFails(Exception):
+    """The rotary's own forward raised on its default config."""
+
+
+def _layer_config(config, layer_type):
+    """The config of the layers of ``layer_type`` where head sizes vary by layer (Gemma 4's
+    ``per_layer_config``), else ``config``."""
+    if layer_type is None or getattr(config, "per_layer_config", None) is None:
+        return config
+    try:
+        return config.per_layer_config[layer_type]
+    except (KeyError, TypeError, ValueError):
+        return config
 
 
 def _family(config) -> str:

@@ -32,7 +32,7 @@ from .rotation import (
     pair_indices,
     rotation_matrix,
 )
-from .scaling import DynamicNTK, Linear, Llama3, LongRoPE, NTKAware, YaRN, scaling_from_hf
+from .scaling import DynamicNTK, Linear, Llama3, LongRoPE, NTKAware, Proportional, YaRN, scaling_from_hf
 from .scaling_base import Scaling
 from .sinusoidal import sinusoidal_embedding
 
@@ -44,6 +44,7 @@ __all__ = [
     "Linear",
     "Llama3",
     "LongRoPE",
+    "Proportional",
     "MultiAxisRope",
     "NTKAware",
     "RopeConfig",

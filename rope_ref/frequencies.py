@@ -90,6 +90,10 @@ def inv_freq(cfg: RopeConfig, seq_len: int | None = None) -> np.ndarray:
     if cfg.scaling is None:
         return default_inv_freq(cfg.base, cfg.rotary_dim)
     freqs = np.asarray(cfg.scaling.inv_freq(cfg.base, cfg.rotary_dim, seq_len), dtype=np.float64)
+    if cfg.scaling.zero_frequencies:  # pairs past the rotated ones have frequency 0 (Proportional)
+        if not np.all(np.isfinite(freqs) & (freqs >= 0)):
+            raise ValueError(f"{cfg.scaling!r} at seq_len={seq_len} gives negative or non-finite frequencies")
+        return freqs
     if not np.all(np.isfinite(freqs) & (freqs > 0)):
         raise ValueError(
             f"{cfg.scaling!r} at seq_len={seq_len} gives inverse frequencies outside float64's "

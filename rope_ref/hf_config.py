@@ -31,6 +31,11 @@ family rules below). Per family keys: ``docs/scaling.md``.
 * layout: decided by ``rope_interleave`` (DeepSeek-V3, Kimi-K2), ``original_rope`` (ChatGLM2/3), else
   by ``model_type`` (:data:`LAYOUT_BY_MODEL_TYPE`). When decided, ``layout`` may be omitted; a
   contradicting ``layout`` is an error naming the deciding key. Otherwise ``layout`` is required.
+* proportional RoPE (Gemma 4, LFM3): the whole head rotates with zero-frequency pairs past the fraction
+  (:class:`~rope_ref.scaling.Proportional`); per-layer head sizes come from ``per_layer_config`` (or
+  Gemma 4's ``global_head_dim``); a model type's attribute aliases (DBRX ``d_model``, Zamba2
+  ``attention_head_dim``) are read; an MLA ``partial_rotary_factor`` of the whole ``head_dim`` that names
+  ``qk_rope_head_dim`` (Mistral 4, DeepSeek-V4) rotates the rope part whole.
 * a key about rotary embeddings that rope-ref does not understand is an error, never ignored
   (:data:`UNDERSTOOD_KEYS`); so are ALiBi Falcon (no rotary embedding) and ChatGLM-6B's 2D positions
   (see :mod:`rope_ref.chatglm`).
@@ -173,6 +178,14 @@ UNDERSTOOD_KEYS = frozenset(
         "use_rope",
         # Flash-attention rotary kernel switches (InternLM2, Phi): implementation choices, same maths.
         "use_flash_rotary",
+        # Zamba2's switch for RoPE in its shared attention blocks (False: no RoPE; checked in _check_keys).
+        "use_mem_rope",
+        # Molmo2: the layers that use the rope dict's scaling; the others use the same base unscaled
+        # (rope_configs_from_hf gives both, "scaled" and "unscaled").
+        "rope_scaling_layers",
+        # DeepSeek-V4: the compress layers' base, which transformers copies into
+        # rope_parameters["compress"]["rope_theta"] (checked against it in _check_keys).
+        "compress_rope_theta",
     }
 )
 
@@ -329,6 +342,15 @@ def _check_keys(config: Mapping[str, Any]) -> None:
         )
     if config.get("use_rope") is False:
         raise ValueError("config has use_rope=False: the model uses no rotary embedding")
+    if config.get("use_mem_rope") is False:
+        raise ValueError("config has use_mem_rope=False: the model uses no rotary embedding")
+    compress = config.get("compress_rope_theta")
+    nested = (config.get("rope_parameters") or {}).get("compress") if compress is not None else None
+    if compress is not None and (not isinstance(nested, Mapping) or nested.get("rope_theta") != compress):
+        raise ValueError(
+            f"compress_rope_theta={compress!r} needs rope_parameters keyed by 'main' / 'compress' with "
+            "compress.rope_theta equal to it (as transformers' DeepseekV4Config writes them)"
+        )
 
 
 def infer_layout(config: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -437,6 +459,19 @@ def _rotary_dim(config: Mapping[str, Any], rope: dict[str, Any], head_dim: int) 
     return rotary_dim
 
 
+def _rope_part_width(config: Mapping[str, Any], fraction: Any, rotary_dim: int) -> int:
+    """The rotary width where ``partial_rotary_factor`` is a fraction of the whole ``head_dim`` and names
+    the ``qk_rope_head_dim`` rope part (Mistral 4: 128 * 0.5 = 64; DeepSeek-V4: 512 * 0.125 = 64;
+    ``models/deepseek_v4/configuration_deepseek_v4.py`` sets ``qk_rope_head_dim = int(head_dim * f)``)."""
+    rope_part, whole = config.get("qk_rope_head_dim"), config.get("head_dim")
+    if fraction is None or rope_part is None or whole is None or rope_part == whole:
+        return rotary_dim
+    whole = check_int(whole, "head_dim", minimum=2)
+    if int(whole * check_real(fraction, "partial_rotary_factor")) == rope_part:
+        return check_int(rope_part, "qk_rope_head_dim", minimum=2)
+    return rotary_dim
+
+
 def rope_config_from_hf(
     config: Any, *, layout: str | None = None, layer_type: str | None = None
 ) -> RopeConfig:
@@ -445,6 +480,7 @@ def rope_config_from_hf(
     config = config_dict(config)
     outer = config
     config = _text_config(config)
+    config = _aliased(_layer_overrides(config, layer_type))
     _check_keys(config)
     layout = _layout(outer, layout)
     model_type = config.get("model_type")
@@ -467,7 +503,13 @@ def rope_config_from_hf(
 
     theta = _base(config, rope, layer_type)
     head_dim = _head_size(config)
-    rotary_dim = _rotary_dim(config, rope, head_dim)
+    fraction = rope.get("partial_rotary_factor", config.get("partial_rotary_factor"))
+    if rope_type == "proportional":  # the whole head; zero frequencies past the fraction (Proportional)
+        rope["partial_rotary_factor"] = 1.0 if fraction is None else fraction
+        rotary_dim = head_dim
+    else:
+        rotary_dim = _rotary_dim(config, rope, head_dim)
+        rotary_dim = _rope_part_width(config, fraction, rotary_dim)
 
     max_pos = config.get("max_position_embeddings")
     if max_pos is None and model_type in _CHATGLM_TYPES:
@@ -495,6 +537,70 @@ def rope_config_from_hf(
     return RopeConfig(head_dim, layout=layout, rotary_dim=rotary_dim, base=theta, scaling=scaling)
 
 
+#: Attribute aliases of a model type (its config class's ``attribute_map``, which ``to_dict`` and
+#: ``config.json`` do not apply): ``models/<type>/configuration_<type>.py`` of DBRX, Moonshine (its
+#: one rotary reads ``num_attention_heads``, the decoder's) and Zamba2.
+_ALIASES = {
+    "dbrx": {
+        "hidden_size": "d_model",
+        "num_attention_heads": "n_heads",
+        "max_position_embeddings": "max_seq_len",
+    },
+    "moonshine": {"num_attention_heads": "decoder_num_attention_heads"},
+    "zamba2": {"head_dim": "attention_head_dim"},
+}
+#: Model types whose full-attention layers take ``head_dim = global_head_dim`` when the config has no
+#: ``per_layer_config`` (``models/gemma4/configuration_gemma4.py`` ``__post_init__``; default 512).
+_GLOBAL_HEAD_DIM_TYPES = ("gemma4_text", "gemma4_unified_text", "diffusion_gemma", "embedding_gemma2")
+
+
+def _aliased(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``config`` with its model type's attribute aliases filled in (an explicit key wins)."""
+    aliases = _ALIASES.get(config.get("model_type"), {})
+    filled = {key: config[src] for key, src in aliases.items() if key not in config and src in config}
+    return {**config, **filled} if filled else config
+
+
+def _layer_overrides(config: Mapping[str, Any], layer_type: str | None) -> Mapping[str, Any]:
+    """``config`` with the per-layer overrides of the layers of ``layer_type`` applied (Gemma 4's
+    ``per_layer_config`` keyed by layer index, else its ``global_head_dim`` for full attention;
+    ``transformers/integrations/heterogeneity/configuration_utils.py``). The layers of one type must
+    agree, or there is no single rotary for the type."""
+    per_layer = config.get("per_layer_config")
+    types = config.get("layer_types")
+    if layer_type is None or not isinstance(types, list):
+        return config
+    if not isinstance(per_layer, Mapping):
+        glob = config.get("global_head_dim")
+        gemma4 = config.get("model_type") in _GLOBAL_HEAD_DIM_TYPES
+        if glob is not None and layer_type == "full_attention" and gemma4:
+            return {**config, "head_dim": glob}
+        return config
+    try:
+        by_index = {int(k): v for k, v in per_layer.items()}
+    except (TypeError, ValueError):
+        shown = sorted(map(str, per_layer))
+        raise ValueError(f"per_layer_config keys must be layer indices, got {shown}") from None
+    sized = any(config.get(k) is not None for k in ("qk_rope_head_dim", "head_dim"))
+    found = [_rotary_part(by_index.get(i) or {}, sized) for i, t in enumerate(types) if t == layer_type]
+    if any(f != found[0] for f in found):
+        raise ValueError(
+            f"per_layer_config gives the {layer_type!r} layers different overrides; no single rotary for them"
+        )
+    return {**config, **found[0]} if found and found[0] else config
+
+
+_HEAD_KEYS = ("head_dim", "hidden_size", "num_attention_heads", "max_position_embeddings")
+
+
+def _rotary_part(overrides: Mapping[str, Any], sized: bool) -> dict[str, Any]:
+    """The overrides that can change a rotary (head size keys, anything about rope / rotary); a layer's
+    ``sliding_window`` does not, nor do ``hidden_size`` / ``num_attention_heads`` where the config gives
+    the head size (``sized``: ``head_dim`` or ``qk_rope_head_dim``) and the override does not."""
+    keys = ("head_dim", "max_position_embeddings") if sized else _HEAD_KEYS
+    return {k: v for k, v in overrides.items() if k in keys or "rope" in k or "rotary" in k}
+
+
 def _keyed_by_layer_type(params: Any) -> bool:
     """``rope_parameters`` keyed by layer type: every value a dict, or None for a layer type without RoPE."""
     return (
@@ -519,9 +625,20 @@ def rope_configs_from_hf(config: Any, *, layout: str | None = None) -> dict[str,
         params
     ):  # a None entry: those layers use no RoPE (models/beam/modeling_beam.py)
         keys = tuple(k for k, v in params.items() if v is not None)
+    elif _some_layers_unscaled(text):
+        scaled = rope_config_from_hf(config, layout=layout)
+        return {"scaled": scaled, "unscaled": scaled.replace(scaling=None)}
     else:
         return {"default": rope_config_from_hf(config, layout=layout)}
     return {key: rope_config_from_hf(config, layout=layout, layer_type=key) for key in keys}
+
+
+def _some_layers_unscaled(config: Mapping[str, Any]) -> bool:
+    """Molmo2: ``rope_scaling_layers`` names fewer than all ``num_hidden_layers`` layers (the others use
+    the same base unscaled; ``models/molmo2/modeling_molmo2.py`` ``Molmo2RotaryEmbedding(scaled=False)``)."""
+    listed = config.get("rope_scaling_layers")
+    layers = config.get("num_hidden_layers")
+    return isinstance(listed, list) and isinstance(layers, int) and set(range(layers)) - set(listed) != set()
 
 
 #: What :func:`model_family` answers, and the function that reads a config of that family.

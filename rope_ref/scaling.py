@@ -39,6 +39,7 @@ __all__ = [
     "YaRN",
     "Llama3",
     "LongRoPE",
+    "Proportional",
     "yarn_get_mscale",
     "scaling_from_hf",
     "ROPE_TYPES",
@@ -599,11 +600,61 @@ class LongRoPE(Scaling):
         return out
 
 
+@dataclass(frozen=True)
+class Proportional(Scaling):
+    """Proportional RoPE (Gemma 4, LFM3 full-attention layers; HF ``_compute_proportional_rope_parameters``).
+
+    The rotary width is the whole head (``d = head_dim``) and the exponent uses it:
+    ``inv_freq_i = base^(-2i/d) / factor`` for the first ``n = int(partial_rotary_factor * d // 2)`` pairs
+    and ``0`` for the remaining ``d/2 - n`` pairs, which therefore do not rotate (cos 1, sin 0). In the
+    half layout the rotated channels are ``[0, n)`` and ``[d/2, d/2 + n)``, not the first ``2n`` channels
+    of a partial RoPE (whose exponent would also be ``2i/(2n)``). ``n`` is HF's float floor division
+    ``(partial_rotary_factor * d) // 2``. Attention factor: 1.
+    """
+
+    factor: float = 1.0
+    partial_rotary_factor: float = 1.0
+    zero_frequencies: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        fraction = check_real(self.partial_rotary_factor, "partial_rotary_factor")
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"partial_rotary_factor must be in [0, 1], got {fraction}")
+        set_fields(self, factor=_positive(self.factor, "factor"), partial_rotary_factor=fraction)
+
+    def rotated_pairs(self, rotary_dim: int) -> int:
+        """``n``, the number of pairs that rotate (the rest have frequency 0)."""
+        return int((self.partial_rotary_factor * rotary_dim) // 2)
+
+    def inv_freq(self, base: float, rotary_dim: int, seq_len: int | None) -> np.ndarray:
+        """``theta_i / factor`` for ``i < n`` (exact quotient rounded once), then zeros."""
+        n = self.rotated_pairs(rotary_dim)
+        table = np.zeros(rotary_dim // 2, dtype=np.float64)
+        table[:n] = _theta_over(float(base), rotary_dim, (self.factor,))[:n]
+        return table
+
+    def validate(self, base: float, rotary_dim: int) -> None:
+        """The rotated pairs' frequencies must be finite and > 0 (the others are 0 by construction)."""
+        rotated = self.inv_freq(base, rotary_dim, None)[: self.rotated_pairs(rotary_dim)]
+        if not np.all(np.isfinite(rotated) & (rotated > 0)):
+            raise ValueError(
+                f"{self!r} gives no valid frequency table for rotary_dim={rotary_dim}, base={base}"
+            )
+
+    def to_hf(self) -> dict:
+        return {
+            "rope_type": "proportional",
+            "factor": self.factor,
+            "partial_rotary_factor": self.partial_rotary_factor,
+        }
+
+
 # ---------------------------------------------------------------------------------------------------
 # HF rope_scaling dicts
 
 #: rope types :func:`scaling_from_hf` understands (``"ntk"`` is rope-ref's name for :class:`NTKAware`).
 ROPE_TYPES = ("default", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+ROPE_TYPES += ("proportional",)  # zero-frequency pairs past the rotated fraction (Gemma 4, LFM3)
 
 # Keys any rope dict may carry besides its own parameters (HF v5 moves these into rope_parameters).
 _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
@@ -631,6 +682,12 @@ _KEYS = {
         "attention_factor",
     },
 }
+_KEYS["proportional"] = {"factor"}  # its partial_rotary_factor (a common key) is read too
+#: Keys of a rope dict that do not change cos and sin: ``llama_4_scaling_beta`` scales the queries by
+#: ``1 + beta ln(1 + floor(m / L0))`` after the rotation (Ministral 3, Mistral 4:
+#: ``models/ministral3/modeling_ministral3.py`` ``get_llama_4_attn_scale``); ``max_position_embeddings``
+#: repeats the config's own value (checked against it when both are given).
+_NOT_ROTATION_KEYS = {"llama_4_scaling_beta", "max_position_embeddings"}
 
 
 def _require(d: Mapping[str, Any], key: str, rope_type: str) -> Any:
@@ -664,6 +721,7 @@ def scaling_from_hf(
     if rope_type not in _KEYS:
         raise ValueError(f"rope_scaling has unknown rope_type {rope_type!r}; rope-ref knows {ROPE_TYPES}")
     unknown = sorted(set(d) - _KEYS[rope_type] - _COMMON_KEYS)
+    unknown = sorted(set(unknown) - _NOT_ROTATION_KEYS)
     if unknown:
         raise ValueError(f"rope_scaling of rope_type {rope_type!r} has unknown keys {unknown}")
     if max_position_embeddings is not None:
@@ -680,6 +738,15 @@ def scaling_from_hf(
             )
         return _context(value, "original_max_position_embeddings")
 
+    repeated = d.get("max_position_embeddings")
+    if repeated is not None and max_position_embeddings is not None and repeated != max_position_embeddings:
+        raise ValueError(
+            f"rope_scaling key 'max_position_embeddings' ({repeated}) differs from the config's "
+            f"max_position_embeddings ({max_position_embeddings})"
+        )
+    if rope_type == "proportional":
+        fraction = d.get("partial_rotary_factor")
+        return Proportional(d.get("factor", 1.0), 1.0 if fraction is None else fraction)
     if rope_type == "default":
         return None
     if rope_type == "linear":

@@ -14,6 +14,8 @@ class Scaling:
 
     #: True when the frequencies depend on the sequence length (dynamic NTK, LongRoPE).
     length_dependent: bool = False
+    #: True when some pairs may have frequency 0 (they do not rotate: :class:`rope_ref.scaling.Proportional`).
+    zero_frequencies: bool = False
 
     def inv_freq(self, base: float, rotary_dim: int, seq_len: int | None) -> np.ndarray:
         """Inverse frequencies, float64, shape ``(rotary_dim // 2,)``."""

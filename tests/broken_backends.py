@@ -1003,3 +1003,65 @@ BROKEN_ISSUE16 = (
     InverseSignIgnored,
 )
 BROKEN = BROKEN + BROKEN_ISSUE16
+
+
+# -- the runner's own checks: outputs a correct rotation but in a form the protocol forbids -----------------
+# Each makes one mistake of packaging, not of RoPE arithmetic; the runner must record it as its kind.
+
+
+class IntegerOutput(Float32Backend):
+    """``apply`` returns its (rounded) result as int32, as after an accidental ``.int()``: a dtype failure."""
+
+    def apply(self, x, positions, cfg, seq_len=None):
+        return np.rint(super().apply(x, positions, cfg, seq_len)).astype(np.int32)
+
+
+class OutputNotCastBack(Float32Backend):
+    """Computes in float32 and forgets the final cast to the declared I/O dtype (``.type_as(x)``)."""
+
+    def apply(self, x, positions, cfg, seq_len=None):
+        return super().apply(x, positions, cfg, seq_len).astype(np.float32)
+
+
+class Bfloat16LowBitsKept(Float32Backend):
+    """Declares bfloat16 I/O and returns float32 values cut to 16 significand bits: bits 8-15 kept."""
+
+    def apply(self, x, positions, cfg, seq_len=None):
+        y = super().apply(x, positions, cfg, seq_len)  # bfloat16 values, as float32
+        bits = y.view(np.uint32) | np.uint32(0x0100)  # one bit bfloat16 does not have
+        return bits.view(np.float32)
+
+
+class FloatPositionIds(Float32Backend):
+    """ChatGLM position ids returned as float32 (an integer operation judged by the exact rule)."""
+
+    def chatglm_position_ids(self, input_ids, **params):
+        return np.asarray(super().chatglm_position_ids(input_ids, **params), dtype=np.float32)
+
+
+class ExtraTableOutput(Float32Backend):
+    """``cos_sin`` returns ``(cos, sin, tan)``: one output more than the protocol's two."""
+
+    def cos_sin(self, positions, cfg, seq_len=None):
+        cos, sin = super().cos_sin(positions, cfg, seq_len)
+        return cos, sin, sin / cos
+
+
+class WrongCosNaNSin(Float32Backend):
+    """cos off by 1% and one NaN in sin: the failure kind must say non-finite."""
+
+    def cos_sin(self, positions, cfg, seq_len=None):
+        cos, sin = super().cos_sin(positions, cfg, seq_len)
+        sin = np.array(sin, copy=True)
+        sin.reshape(-1)[-1] = np.nan
+        return cos * F32(1.01), sin
+
+
+RUNNER_FAILURE_PATHS = (
+    IntegerOutput,
+    OutputNotCastBack,
+    Bfloat16LowBitsKept,
+    FloatPositionIds,
+    ExtraTableOutput,
+    WrongCosNaNSin,
+)

@@ -65,6 +65,8 @@ FAMILIES = (
     chatglm.chatglm_incremental_cases,
     multiaxis.multiaxis_cases,
     kernel_shapes.kernel_shape_cases,
+    multiaxis.multiaxis_realistic_cases,
+    kernel_shapes.kernel_shape_inverse_and_seq_len_cases,
 )
 
 

@@ -88,4 +88,17 @@ BUG_CLASSES: dict[str, str] = {
     "buffer clobbering each other",
     "inverse_rotation": "the inverse rotation (-m theta, backward and de-rotation) with the wrong sign, "
     "or a length-dependent table taken from the negated positions",
+    "vision_rotation": "a 2D vision RoPE (Pixtral) with the wrong frequencies per axis: rows given the first "
+    "half of the table instead of its even entries, rows and columns swapped (non-square 12 x 16 grids)",
+    "mrope_video_ids": "GLM-4V / Qwen3-VL video ids: a frame's temporal id taken as the frame index k "
+    "(Qwen2-VL's rule) instead of 0 at the frame's own start (the timestamps carry time)",
+    "mrope_spatial_extent": "M-RoPE height/width ids beyond every temporal id (two images of 28 x 40 and "
+    "12 x 16 patches, a 3-frame video, a prefill chunk ending inside the video): a cos/sin table sized by "
+    "the temporal stream, spatial ids clamped; stream mix-ups fail by a clear factor at bf16",
+    "inverse_fused": "inverse=True dropped by a fused q/k (apply_qk) or packed qkv (apply_qkv) wrapper: "
+    "the de-rotation rotates forward",
+    "kernel_seq_len": "an explicit seq_len dropped by a kernel-shape call (apply_axes, apply_qk, apply_qkv): "
+    "a chunk of a long sequence under dynamic NTK or LongRoPE gets the table of its own last position",
+    "inverse_attention_factor": "the inverse rotation under YaRN with a wrong attention factor: recomputed "
+    "from the factor alone (mscale pair, attention_factor ignored), dropped or inverted",
 }

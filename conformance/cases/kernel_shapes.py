@@ -18,7 +18,7 @@ import rope_ref
 from rope_ref.case import Case, config_from_dict, placed_positions, v_heads_index
 from rope_ref.frequencies import resolve_seq_len
 
-from .common import dtype_cases, make_config, seeded_normal, table_aux
+from .common import dtype_cases, longrope_scaling, make_config, seeded_normal, table_aux
 from .operations import Evaluator, operation
 
 __all__ = ["kernel_shape_cases", "VARLEN_LENGTHS", "VARLEN_STARTS"]
@@ -313,3 +313,77 @@ def kernel_shape_cases() -> list[Case]:
     """Every kernel-shape case, in manifest order."""
     families = (_axes_conventions, _offsets, _strided, _gqa, _packed, _varlen, _inplace, _inverse)
     return [case for family in families for case in family()]
+
+
+# -- issue 29: inverse through the fused wrappers, explicit seq_len, the YaRN inverse with its factor ------
+
+
+def _fused_inverse() -> list[Case]:
+    """``inverse=True`` through ``apply_qk`` and ``apply_qkv`` (not only ``apply_axes``). The dynamic-NTK
+    config is used by no earlier case, so a port whose table cache grows only (HF) sees a fresh length."""
+    dyn = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 1024}
+    # (name, op, config, activation shapes, positions inputs, params, description)
+    rows = (
+        ("bshd-gqa-inverse-half", "apply_qk", _cfg("half"), {"q": (1, 6, 4, 16), "k": (1, 6, 2, 16)},
+         {"positions": np.array([[0, 1, 2047, 2048, 3000, 70000]])},
+         {"axes": "bshd", "form": "ids", "inverse": True},
+         "apply_qk with inverse=True: q (4 heads) and k (2 heads) both rotated by -m theta"),
+        ("thd-varlen-inverse-dynamic-interleaved", "apply_qk", _cfg("interleaved", scaling=dyn),
+         {"q": (9, 2, 16), "k": (9, 1, 16)}, {"cu_seqlens": _cu([4, 5]), "start_offsets": [0, 2995]},
+         {"axes": "thd", "form": "cu_seqlens", "inverse": True},
+         "apply_qk with inverse=True on varlen sequences under dynamic NTK (table of the forward positions)"),
+        ("bshd-qkv-inverse-interleaved-partial", "apply_qkv", _cfg("interleaved", rotary_dim=8),
+         {"qkv": (1, 5, 8, 16)}, {"positions": np.array([[3, 4, 2049, 2050, 9000]])},
+         {"axes": "bshd", "form": "ids", "num_heads_q": 4, "num_heads_kv": 2, "inverse": True},
+         "apply_qkv with inverse=True: q and k heads rotated by -m theta, V bit-exact"),
+    )  # fmt: skip
+    return _family("inverse_fused", rows)
+
+
+def _chunk_seq_len() -> list[Case]:
+    """A chunk of a long sequence with an explicit ``seq_len`` (the whole sequence): length-dependent
+    tables follow ``seq_len``, not the chunk's ``max(positions) + 1``."""
+    dyn = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 2048}
+    longrope = longrope_scaling(4, 16.0)
+    chunk = np.arange(3000, 3008)
+    # (name, op, config, activation shapes, positions inputs, params, description)
+    rows = (
+        ("bshd-chunk-dynamic-half", "apply_axes", _cfg("half", scaling=dyn), {"x": (1, 8, 2, 16)},
+         {"positions": chunk[None, :]}, {"axes": "bshd", "form": "ids", "seq_len": 8192},
+         "positions 3000..3007 of an 8192-token sequence, dynamic NTK (L0 2048): the table of seq_len 8192"),
+        ("bhsd-chunk-offset-dynamic-interleaved", "apply_qk", _cfg("interleaved", scaling=dyn),
+         {"q": (2, 2, 4, 16), "k": (2, 1, 4, 16)}, {"offset": [2500, 4000]},
+         {"axes": "bhsd", "form": "offset", "seq_len": 6000},
+         "a chunk at cache offsets [2500, 4000] of a 6000-token sequence, dynamic NTK: q and k share the "
+         "table of seq_len 6000"),
+        ("thd-chunk-longrope-half-partial", "apply_qkv", _cfg("half", rotary_dim=8, scaling=longrope),
+         {"qkv": (7, 4, 16)}, {"cu_seqlens": _cu([3, 4]), "start_offsets": [100, 1000]},
+         {"axes": "thd", "form": "cu_seqlens", "num_heads_q": 2, "num_heads_kv": 1, "seq_len": 9000},
+         "packed chunks below L0 4096 of a 9000-token sequence: LongRoPE's long factors (seq_len 9000)"),
+    )  # fmt: skip
+    return _family("kernel_seq_len", rows)
+
+
+def _yarn_inverse() -> list[Case]:
+    """The inverse under YaRN judged directly: ``A R(-m theta) x`` with the config's own factor ``A``."""
+    pair = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048, "mscale": 1.0,
+            "mscale_all_dim": 0.5}  # fmt: skip
+    explicit = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 1024,
+                "attention_factor": 0.75}  # fmt: skip
+    # (name, op, config, activation shapes, positions inputs, params, description)
+    rows = (
+        ("bshd-inverse-yarn-mscale-half", "apply_axes", _cfg("half", scaling=pair), {"x": (2, 5, 2, 16)},
+         {"positions": _ids_bs(2, 5)}, {"axes": "bshd", "form": "ids", "inverse": True},
+         "inverse under YaRN with mscale 1 / mscale_all_dim 0.5: A = mscale ratio (1.065), not 1.139"),
+        ("thd-inverse-yarn-factor-interleaved-partial", "apply_axes",
+         _cfg("interleaved", rotary_dim=8, scaling=explicit), {"x": (6, 2, 16)},
+         {"positions": np.array([0, 5, 1023, 1024, 4000, 8191])},
+         {"axes": "thd", "form": "ids", "inverse": True},
+         "inverse under YaRN with attention_factor 0.75 (not 0.1 ln 8 + 1)"),
+    )  # fmt: skip
+    return _family("inverse_attention_factor", rows)
+
+
+def kernel_shape_inverse_and_seq_len_cases() -> list[Case]:
+    """The kernel-shape cases of issue 29, in manifest order (after every earlier family)."""
+    return _fused_inverse() + _chunk_seq_len() + _yarn_inverse()

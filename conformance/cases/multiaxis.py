@@ -29,6 +29,7 @@ from .operations import operation
 
 __all__ = [
     "multiaxis_cases",
+    "multiaxis_realistic_cases",
     "MULTIMODAL_OPS",
     "ID_OPS",
     "spec_to_dict",
@@ -50,6 +51,7 @@ MULTIMODAL_OPS = (
 ID_OPS = ("mrope_position_ids", "mrope_decode_ids", "vision_ids")
 
 _VS, _IMG, _VID = 151652, 151655, 151656  # Qwen2-VL <|vision_start|>, <|image_pad|>, <|video_pad|>
+_VE = 151653  # Qwen2-VL <|vision_end|> (text to the id rule)
 
 
 def spec_to_dict(spec) -> dict[str, Any]:
@@ -309,3 +311,107 @@ def mla_scale_case(name: str, cfg: Any, bug_class: str, description: str) -> Cas
 def multiaxis_cases() -> list[Case]:
     """Every multi-axis case, in manifest order."""
     return mrope_rotation_cases() + mrope_id_cases() + vision_and_mla_cases()
+
+
+# -- realistic grids (issue 29): vision rotation, video ids of GLM-4V and Qwen3-VL, wide M-RoPE streams ----
+
+
+def vision_rotation_cases() -> list[Case]:
+    """``multiaxis_apply`` with Pixtral's 2D spec on a non-square 12 x 16 patch grid (rows 0..11, columns
+    0..15): 16 patches, every row and column band, so each axis's frequencies show."""
+    ids = vision_rope.pixtral_ids([[12, 16]])
+    picked = [r * 16 + c for r in (0, 4, 7, 11) for c in (0, 5, 10, 15)]
+    desc = (
+        "Pixtral-12B vision RoPE (head 64) on a 12 x 16 patch grid: rows take the even entries f_0, f_2, .. "
+        "of the table, columns the odd ones (models/pixtral/modeling_pixtral.py)"
+    )
+    spec = vision_rope.preset("pixtral-12b-vision")
+    return _rotation_cases(
+        "pixtral_grid12x16_d64", spec, ids[:, picked], (16, 1, 64), "vision_rotation", desc
+    )
+
+
+def _glm4v_video_row() -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """GLM-4.1V: text, an image of grid (1, 8, 8), text, a video of grid (3, 8, 12) whose 3 temporal
+    patches are separate runs (``<|begin_of_image|>`` frame ``<|end_of_image|>`` timestamp), text."""
+    img, v0, v1 = mrope.GLM4V_IMAGE_TOKEN_ID, mrope.GLM4V_VIDEO_START_TOKEN_ID, mrope.GLM4V_VIDEO_END_TOKEN_ID
+    begin, end = 151339, 151340  # <|begin_of_image|>, <|end_of_image|>: text to the id rule
+    row = [21, 22, begin] + [img] * 16 + [end, 23, v0]
+    for k in range(3):
+        row += [begin] + [img] * 24 + [end, 30 + k, 40 + k]  # a frame, then its timestamp tokens
+    return row + [v1, 24, 25], [[1, 8, 8]], [[3, 8, 12]]
+
+
+def _qwen3vl_video_row() -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """Qwen3-VL: text, an image of grid (1, 8, 8), text, a video of grid (3, 8, 12) sent as 3 frames, each
+    ``<t seconds> <|vision_start|> frame <|vision_end|>`` (the processor's timestamps), text."""
+    row = [21, _VS] + [_IMG] * 16 + [_VE, 22]
+    for k in range(3):
+        row += [30 + k, 40 + k, _VS] + [_VID] * 24 + [_VE]
+    return row + [23, 24], [[1, 8, 8]], [[3, 8, 12]]
+
+
+def mrope_video_id_cases() -> list[Case]:
+    """``mrope_position_ids`` of multi-frame videos under GLM-4V and Qwen3-VL: every frame is its own run
+    whose temporal id is its start (time is carried by the timestamp tokens), not the frame index."""
+    cases = []
+    for rule, build, what in (
+        ("glm4v", _glm4v_video_row, "GLM-4.1V (Glm4vModel.get_rope_index): each temporal patch of a video "
+         "is its own group with t offset 0"),
+        ("qwen3-vl", _qwen3vl_video_row, "Qwen3-VL (Qwen3VLModel.get_rope_index): video_grid_thw split "
+         "into t frames of (1, h, w), each with t offset 0"),
+    ):  # fmt: skip
+        row, image, video = build()
+        inputs = {
+            "input_ids": np.array([row], dtype=np.int64),
+            "image_grid_thw": np.array(image, dtype=np.int64),
+            "video_grid_thw": np.array(video, dtype=np.int64),
+        }
+        name = rule.replace("-", "").replace(".", "_") + "_video_3_frames"
+        desc = f"{what}; 3 frames of 4 x 6 tokens"
+        cases.append(_mrope_id_case(name, inputs, rule, "mrope_video_ids", desc))
+    return cases
+
+
+#: Token indices of :func:`_chunk_ids` kept in the wide-stream cases: a text token, three corners of the
+#: first image and two of the second, corners of the first two video frames (h and w up to 13 and 19 above
+#: t), the chunk's last token.
+_CHUNK_PICK = (2, 23, 264, 283, 295, 328, 350, 423, 446, 511)
+
+
+def _chunk_ids(offset: int) -> np.ndarray:
+    """``(3, 512)`` Qwen2-VL ids of the first 512-token prefill chunk of ``text <image 1x28x40> text
+    <image 1x12x16> text <video 3x16x24> text`` after ``offset`` tokens (merge 2: 14 x 20, 6 x 8 and
+    3 x 8 x 12 tokens): the chunk ends inside the video's second frame, so the height and width ids of its
+    last tokens exceed every temporal id in the chunk."""
+    row = [11, 12, 13, _VS] + [_IMG] * 280 + [_VE, 14, 15, _VS] + [_IMG] * 48 + [_VE, 16, _VS]
+    row += [_VID] * 288 + [_VE, 17, 18]
+    pos, _ = mrope.position_ids(
+        np.array([row]), image_grid_thw=[[1, 28, 40], [1, 12, 16]], video_grid_thw=[[3, 16, 24]]
+    )
+    return pos[:, 0, :512] + offset
+
+
+def mrope_wide_stream_cases() -> list[Case]:
+    """``multiaxis_apply`` on realistic grids: two images (28 x 40 and 12 x 16 patches) and a 3-frame
+    video, so the three streams differ by up to 19 and a stream mix-up fails at bf16 by a clear factor."""
+    pos = _chunk_ids(2000)[:, list(_CHUNK_PICK)]
+    rows = (
+        ("qwen2vl_chunk_grids_d128", mrope.preset("qwen2-vl-7b").rope,
+         "Qwen2-VL blocked [16, 24, 24]"),
+        ("qwen3vl_chunk_grids_d128", mrope.preset("qwen3-vl-8b").rope,
+         "Qwen3-VL interleaved [24, 20, 20]"),
+    )  # fmt: skip
+    out = []
+    for name, spec, what in rows:
+        desc = (
+            f"{what}: 10 tokens of a 512-token prefill chunk with images of 28 x 40 and 12 x 16 patches and "
+            "a 3-frame video; h and w ids up to 19 above t, the chunk ends inside the video"
+        )
+        out += _rotation_cases(name, spec, pos, (len(_CHUNK_PICK), 1, 128), "mrope_spatial_extent", desc)
+    return out
+
+
+def multiaxis_realistic_cases() -> list[Case]:
+    """The multi-axis cases on realistic grids (after every earlier family in the manifest)."""
+    return vision_rotation_cases() + mrope_video_id_cases() + mrope_wide_stream_cases()

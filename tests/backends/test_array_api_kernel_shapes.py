@@ -569,3 +569,13 @@ def test_flags_must_be_bools(ns):
     x = b.from_numpy(np.zeros((2, 5, 4, 8)), "float64")
     with pytest.raises(TypeError, match="inverse"):
         b.apply_axes(x, CFGS["half"], axes="bshd", positions=0, inverse=1)
+
+
+def test_as_array_refuses_none_and_bools_at_the_helper():
+    """The helper's own check (a caller's later dtype check would hide a missing one)."""
+    from array_api_compat import numpy as xp
+    from rope_ref.backends._array_api_kernel_shapes import _as_array
+
+    for bad in (None, True):
+        with pytest.raises(ValueError, match=f"offset must be an integer or an integer array, got {bad!r}"):
+            _as_array(xp, None, bad, "offset")

@@ -35,6 +35,7 @@ def _seed_torch(request):
     so every ``torch.randn`` here is reproducible and independent of which tests ran before."""
     torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
+
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 # Output tolerance per I/O dtype: one output rounding plus input rounding is excluded (inputs are
 # quantised before the reference sees them), so a few ulps of |x| ~ 1 values.
@@ -433,92 +434,6 @@ def test_function_saves_no_activations():
     assert saved and max(saved) <= 32 * 32
     y.sum().backward()
     assert x.grad is not None and x.grad.shape == x.shape
-
-
-# -- ChatGLM and decay ------------------------------------------------------------------------------
-
-
-def test_chatglm_position_ids_hand_example():
-    """zai-org/ChatGLM-6B #1313: ... [gMASK] <sop> a b c -> positions frozen at the [gMASK] index."""
-    ids = torch.tensor([[5, 6, 7, 130001, 130004, 11, 12, 13]])
-    out = rt.chatglm_position_ids(
-        ids, bos_token_id=130004, mask_token_id=130000, gmask_token_id=130001, position_encoding_2d=True
-    )
-    assert out.tolist() == [[[0, 1, 2, 3, 3, 3, 3, 3], [0, 0, 0, 0, 1, 2, 3, 4]]]
-    one_d = rt.chatglm_position_ids(
-        ids, bos_token_id=130004, mask_token_id=130000, gmask_token_id=130001, position_encoding_2d=False
-    )
-    assert one_d.tolist() == [[0, 1, 2, 3, 4, 5, 6, 7]]  # [gMASK] rows are not frozen in 1D
-    with pytest.raises(ValueError, match="row 0 has no bos"):
-        rt.chatglm_position_ids(
-            ids[:, :4],
-            bos_token_id=130004,
-            mask_token_id=130000,
-            gmask_token_id=130001,
-            position_encoding_2d=True,
-        )
-
-
-def test_chatglm_apply_2d_matches_oracle():
-    x = torch.randn(3, 2, 16, dtype=torch.float64)
-    pos = torch.tensor([[0, 1, 2], [4, 4, 4]]).T
-    blk = torch.tensor([[0, 0, 1], [0, 1, 2]]).T
-    y = rt.chatglm_apply_2d(x, pos, blk, base=10000.0, precision="float64", angle_dtype=torch.float64)
-    ref = rope_ref.chatglm.apply_2d(x.numpy(), pos.numpy(), blk.numpy(), precision="float64")
-    np.testing.assert_allclose(y.numpy(), ref, atol=1e-12)
-    y16 = rt.chatglm_apply_2d(x, pos * 500, blk, base=10000.0, precision="chatglm-6b-fp16")
-    ref16 = rope_ref.chatglm.apply_2d(x.numpy(), pos.numpy() * 500, blk.numpy(), precision="chatglm-6b-fp16")
-    assert y16.dtype == torch.float16
-    # the oracle rounds cos/sin from float64, torch from its float32 kernels: at most 2 fp16 ulps apart
-    np.testing.assert_allclose(y16.double().numpy(), ref16, atol=4e-3)
-
-
-@pytest.mark.parametrize("precision", ["float64", "chatglm-6b-fp16"])
-@pytest.mark.parametrize(
-    ("option", "bad", "message"),
-    [
-        ("kernel", "cuda", "kernel must be one of"),
-        ("angle_dtype", torch.float16, "angle_dtype must be"),
-    ],
-)
-def test_chatglm_apply_2d_validates_options_on_both_paths(precision, option, bad, message):
-    x = torch.randn(3, 2, 16)
-    ids = torch.arange(3)[:, None]
-    with pytest.raises(ValueError, match=message):
-        rt.chatglm_apply_2d(x, ids, ids, base=10000.0, precision=precision, **{option: bad})
-
-
-@pytest.mark.parametrize("precision", ["float64", "chatglm-6b-fp16"])
-@pytest.mark.parametrize("base", [1.0, 0.5, float("nan"), float("inf")])
-def test_chatglm_apply_2d_refuses_bad_base_on_both_paths(precision, base):
-    x = torch.randn(3, 2, 16)
-    ids = torch.arange(3)[:, None]
-    with pytest.raises(ValueError, match="base"):
-        rt.chatglm_apply_2d(x, ids, ids, base=base, precision=precision)
-
-
-@pytest.mark.parametrize("bad", [130004.0, True, "130004"])
-def test_chatglm_position_ids_refuses_non_integer_token_ids(bad):
-    ids = torch.tensor([[5, 130001, 130004, 11]])
-    with pytest.raises(TypeError, match="bos_token_id must be an int"):
-        rt.chatglm_position_ids(
-            ids, bos_token_id=bad, mask_token_id=130000, gmask_token_id=130001, position_encoding_2d=True
-        )
-
-
-def test_chatglm_fp16_emulation_refuses_compute_dtype():
-    x = torch.randn(3, 2, 16)
-    ids = torch.arange(3)[:, None]
-    with pytest.raises(ValueError, match="compute_dtype applies only to precision='float64'"):
-        rt.chatglm_apply_2d(x, ids, ids, base=10000.0, precision="chatglm-6b-fp16", compute_dtype="float32")
-
-
-def test_decay_upper_bound():
-    cfg = rope_ref.RopeConfig(128, layout="half")
-    r = torch.tensor([0.0, 1.0, 50.0, 1000.0])
-    got = rt.decay_upper_bound(r, cfg, dtype=torch.float64).numpy()
-    assert got[0] == pytest.approx((64 + 1) / 2)  # every S_j = j at r = 0
-    np.testing.assert_allclose(got, rope_ref.decay.relative_upper_bound(r.numpy(), cfg), rtol=1e-12)
 
 
 # -- errors, availability, imports ------------------------------------------------------------------

@@ -107,3 +107,20 @@ def test_angle_and_compute_dtypes():
     for bad in ("float32", torch.int32, "inputs"):
         with pytest.raises(ValueError, match="compute_dtype must be None, 'input' or one of"):
             core.resolve_compute_dtype(bad, f32)
+
+
+def test_float_dtypes_and_autograd_paths_are_the_documented_ones():
+    assert core.FLOAT_DTYPES == (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+    assert core.AUTOGRAD_PATHS == ("function", "native")
+    assert core.check_autograd("function") == "function" and core.check_autograd("native") == "native"
+    for bad in ("fast", "Function", None, 1):
+        with pytest.raises(ValueError, match=f"autograd must be 'function' or 'native', got {bad!r}"):
+            core.check_autograd(bad)
+
+
+def test_as_positions_moves_them_to_the_device():
+    """Positions land on x's device (here "meta", which needs no GPU), from lists and from tensors."""
+    meta = torch.device("meta")
+    assert core.as_positions([0, 3], meta).device == meta
+    assert core.as_positions(torch.tensor([1.5, 2.0]), meta).device == meta
+    assert core.as_positions(np.array([7], dtype=np.int16), meta).dtype == torch.int16

@@ -253,3 +253,36 @@ def test_bad_arguments_name_the_argument() -> None:
 
 def test_exported_from_the_torch_adapter() -> None:
     assert rt.multiaxis_apply is multiaxis_apply
+
+
+def test_tables_helper_checks_and_dtypes() -> None:
+    """multiaxis_tables on its own: angle dtype checked, positions rounded to it (float64 positions give
+    float32 tables), built on the positions' device ("meta" stands in for a GPU)."""
+    from rope_ref.backends._torch_multiaxis import multiaxis_tables
+
+    spec = rope_ref.mrope.mrope(RopeConfig(16, layout="half"), (2, 3, 3))
+    pos = torch.tensor([[2.0**24 + 1, 2.0**24], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    cos, sin = multiaxis_tables(pos, spec)
+    assert cos.dtype == torch.float32 and cos.shape == (2, 8)
+    assert cos[0, 0].item() == cos[1, 0].item()  # 2**24 + 1 rounds to 2**24 in float32
+    with pytest.raises(ValueError, match="angle_dtype must be torch.float32 or torch.float64"):
+        multiaxis_tables(pos, spec, angle_dtype=torch.float16)
+    with pytest.raises(TypeError, match="spec must be a rope_ref.multiaxis.MultiAxisRope, got RopeConfig"):
+        multiaxis_tables(pos, RopeConfig(16, layout="half"))
+    meta_cos, _ = multiaxis_tables(torch.zeros(3, 4, device="meta", dtype=torch.int64), spec)
+    assert meta_cos.device.type == "meta" and meta_cos.shape == (4, 8)
+    y = multiaxis_apply(
+        torch.zeros(4, 16, device="meta"), torch.zeros(3, 4, device="meta", dtype=torch.int64), spec
+    )
+    assert y.device.type == "meta" and y.shape == (4, 16)
+
+
+def test_compute_dtype_and_broadcast_are_honoured() -> None:
+    spec = rope_ref.mrope.mrope(RopeConfig(16, layout="interleaved", rotary_dim=12), (2, 2, 2))
+    x = torch.randn(3, 5, 16, generator=torch.Generator().manual_seed(9), dtype=torch.float64).bfloat16()
+    pos = torch.tensor([[0, 7, 3, 9, 2], [1, 1, 4, 4, 8], [6, 0, 5, 2, 2]])
+    narrow = multiaxis_apply(x, pos, spec, compute_dtype="input")
+    assert not torch.equal(narrow, multiaxis_apply(x, pos, spec))
+    assert torch.equal(narrow[..., 12:], x[..., 12:])
+    with pytest.raises(ValueError, match=r"positions of shape \(2, 3, 5\) does not broadcast"):
+        multiaxis_apply(x[0], torch.zeros(3, 2, 3, 5, dtype=torch.int64), spec)

@@ -144,3 +144,23 @@ def test_length_dependent_tables_trace_into_one_graph():
         assert torch.equal(got_cos, want_cos) and torch.equal(got_plain, want_plain)
     # pair 1 at length 300: base' = 1e4 (2 * 300 / 64 - 1)^2 = 701406.25, so cos(5 / 837.5)
     assert got_cos[5, 1].item() == pytest.approx(math.cos(5 / 837.5), rel=1e-15)
+
+
+def test_angle_tables_convert_positions_to_the_table_dtype():
+    """float64 positions with a float32 table give float32 angles (the positions are rounded first), not
+    float64 ones by type promotion; 2**24 + 1 rounds to 2**24 in float32, so cos equals that of 2**24."""
+    inv = torch.tensor([1.0], dtype=torch.float32)
+    pos = torch.tensor([2.0**24 + 1, 2.0**24], dtype=torch.float64)
+    cos, sin = core.angle_tables(pos, inv, 1.0)
+    assert cos.dtype == torch.float32 and sin.dtype == torch.float32
+    assert cos[0].item() == cos[1].item() and sin[0].item() == sin[1].item()
+
+
+def test_autocast_off_turns_autocast_off_where_it_exists():
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.is_autocast_enabled("cpu")
+        with core.autocast_off("cpu"):
+            assert not torch.is_autocast_enabled("cpu")
+        assert torch.is_autocast_enabled("cpu")
+    with core.autocast_off("meta"):  # no autocast on "meta": nothing to turn off, and no error
+        pass

@@ -82,6 +82,34 @@ def test_row_axes_merge_only_common_runs(shape, strides, sizes, merged):
     assert tt._row_axes(shape, strides) == (sizes, merged)
 
 
+@pytest.mark.parametrize(
+    "rd,head_dim,interpreted,rows",
+    [
+        # (pairs, pass-through) padded to powers of two: (64, 0); 1024 / 64 = 16 rows compiled, 4096 / 64 = 64
+        (128, 128, False, 16),
+        (128, 128, True, 64),
+        # (16, 64): the pass-through block is the wider; 1024 / 64 and 4096 / 64 (capped at 64)
+        (32, 96, False, 16),
+        (32, 96, True, 64),
+        # (4, 0): 1024 / 4 = 256 and 4096 / 4 = 1024, both capped at 64 rows
+        (8, 8, False, 64),
+        # (256, 0): 1024 / 256 = 4 compiled, 4096 / 256 = 16 interpreted
+        (512, 512, False, 4),
+        (512, 512, True, 16),
+    ],
+)
+def test_tile_rows_follow_the_tile_size_of_the_mode(monkeypatch, rd, head_dim, interpreted, rows):
+    """Compiled tiles hold about 1024 pairs (measured fastest on an H100), interpreted ones about 4096."""
+    monkeypatch.setattr(tt, "_interpreting", lambda: interpreted)
+    assert tt.TILE_PAIRS == {"compiled": 1024, "interpreted": 4096}
+    meta = tt.kernel_meta("half", rd, head_dim, torch.float32)
+    assert meta["ROWS"] == rows
+    assert (meta["BLOCK_N"], meta["BLOCK_P"]) == (
+        1 << (rd // 2 - 1).bit_length(),
+        0 if rd == head_dim else 1 << (head_dim - rd - 1).bit_length(),
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed (pip install 'rope-ref[triton]')")
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the kernel tests run compiled, in-process")

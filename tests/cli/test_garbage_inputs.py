@@ -25,6 +25,7 @@ from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
 
+import legacy_numpy
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -165,7 +166,7 @@ def odd_arrays(draw):
         data = np.arange(16.0).reshape(2, 8)
         return np.ma.masked_array(data, mask=data > 5)
     if kind == "matrix":
-        return np.matrix(np.arange(16.0).reshape(2, 8))
+        return legacy_numpy.matrix(np.arange(16.0).reshape(2, 8))
     if kind == "ragged":
         return [[0.0, 1.0], [2.0]]
     return np.arange(32.0).reshape(4, 8)[:, ::2]  # non-contiguous

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import struct
 import time
 import zipfile
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _hostile_sets import (
+    CASE_FAILED,
     CORRUPT,
     PASSED,
     REFUSED,
@@ -80,7 +82,7 @@ def test_reevaluation_size_is_refused_before_allocating(sets, tmp_path):
     assert code == REFUSED, err
     # 10^5 positions x 65536 channels: far over the default limit, named with its value
     assert "case_elements" in line and "manifest.json" in line and case_id in line
-    value = int(line.split("allocated by re-evaluation = ")[1].split()[0])
+    value = int(re.search(r"allocated by re-evaluation \(most for [^)]*\) = (\d+) is over", line).group(1))
     assert value >= 100_000 * 32768
     code, err = _run(root)
     assert code == REFUSED and "case_elements" in one_line(err)
@@ -340,3 +342,99 @@ def test_a_limit_can_be_raised_and_a_bad_one_is_a_usage_error(sets, tmp_path):
     assert _verify(root, "--limit", "manifest_bytes=1G")[0] == PASSED
     code, err = _verify(root, "--limit", "nonsense=1")
     assert code == REFUSED and "--limit" in one_line(err)
+
+
+# -- 10. stored values that size a re-evaluation -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def value_sets(tmp_path_factory):
+    """One set per case whose stored values (or params) size what re-evaluating it allocates."""
+    from rope_ref.conformance import catalogue, golden
+
+    base = tmp_path_factory.mktemp("values")
+    wanted = {
+        "vision": lambda c: c.op == "vision_ids" and c.params["convention"] == "qwen2-vl",
+        "mrope": lambda c: c.op == "mrope_position_ids" and "video_grid_thw" in c.inputs,
+        "decode": lambda c: c.op == "mrope_decode_ids",
+        "varlen": lambda c: c.op == "apply_qk" and "cu_seqlens" in c.inputs and c.io_dtype == "float64",
+    }
+    found = {}
+    for case in catalogue.build_catalogue():
+        for key, match in wanted.items():
+            if key not in found and match(case):
+                found[key] = case
+    return {
+        key: golden.write_golden([case], base / key, generator="test", source="custom")
+        for key, case in found.items()
+    }
+
+
+def _restore(root: Path, name: str, value: np.ndarray) -> str:
+    """Replace stored input ``name`` of the set's one case by ``value`` (manifest and checksum updated)."""
+    from rope_ref.conformance.safetensors_io import read_safetensors
+
+    m = read_manifest(root)
+    case = m["cases"][0]
+    tensors = dict(read_safetensors(root / case["file"])[0])
+    tensors[f"inputs.{name}"] = value
+    case["inputs"][name] = {"dtype": value.dtype.name, "shape": list(value.shape)}
+    resign(root, 0, safetensors_bytes(tensors), m)
+    return case["id"]
+
+
+@pytest.mark.parametrize(
+    ("key", "name", "rows", "field"),
+    [
+        # 3·1·2^15·2^15 = 3·2^30 ids from a 24-byte row
+        ("vision", "grids", [[1, 2, 2], [1, 2**15, 2**15]], "inputs.grids[1] = [1, 32768, 32768]"),
+        # a zero entry still lays the other axes out: counted as 1, not as an empty grid
+        ("vision", "grids", [[0, 2**15, 2**14]], "inputs.grids[0] = [0, 32768, 16384]"),
+        (
+            "mrope",
+            "video_grid_thw",
+            [[2**30, 1, 1], [1, 2, 2]],
+            "inputs.video_grid_thw[0] = [1073741824, 1, 1]",
+        ),
+        ("varlen", "cu_seqlens", [0, 3, 2**31], "inputs.cu_seqlens holding 2147483648"),
+    ],
+)
+def test_stored_values_over_the_case_limit_are_refused_naming_the_field(
+    value_sets, tmp_path, key, name, rows, field
+):
+    root = copy_set(value_sets[key], tmp_path / "g")
+    case_id = _restore(root, name, np.array(rows, dtype=np.int64))
+    code, err = _verify(root)
+    line = one_line(err)
+    assert code == REFUSED, err
+    assert f"case {case_id!r}" in line and field in line and "case_elements = 134217728" in line
+
+
+def test_n_new_over_the_case_limit_is_refused_from_the_manifest(value_sets, tmp_path):
+    root = copy_set(value_sets["decode"], tmp_path / "g")
+    m = read_manifest(root)
+    batch = m["cases"][0]["inputs"]["deltas"]["shape"][0]
+    m["cases"][0]["params"]["n_new"] = 10**9
+    write_manifest(root, m)
+    for code, err in (_verify(root), _run(root)):
+        line = one_line(err)
+        assert code == REFUSED, err
+        assert "params.n_new = 1000000000" in line and m["cases"][0]["id"] in line
+        assert f"= {3 * batch * 10**9 + _stored_elements(m['cases'][0])}" in line
+
+
+def _stored_elements(entry: dict) -> int:
+    return sum(
+        int(np.prod(spec["shape"]))
+        for role in ("inputs", "expected", "aux")
+        for spec in entry.get(role, {}).values()
+    )
+
+
+def test_stored_values_within_a_raised_limit_reach_the_oracle(value_sets, tmp_path):
+    root = copy_set(value_sets["vision"], tmp_path / "g")
+    _restore(root, "grids", np.array([[1, 2**11, 2**11]], dtype=np.int64))  # 3·2^22 ids: over 2^22
+    code, err = _verify(root, "--limit", "case_elements=4M")
+    assert code == REFUSED and "case_elements = 4194304" in one_line(err)
+    code, err = _verify(root, "--limit", "case_elements=16M")
+    assert code == CASE_FAILED, err  # the oracle runs (the stored expected ids no longer match)

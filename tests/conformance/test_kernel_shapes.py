@@ -36,8 +36,11 @@ def test_every_family_is_shipped_in_every_dtype_and_layout(kernel_cases):
         "varlen",
         "inplace",
         "inverse_rotation",
+        "inverse_fused",
+        "kernel_seq_len",
+        "inverse_attention_factor",
     }
-    assert {c.bug_class for c in kernel_cases} == families
+    assert families <= {c.bug_class for c in kernel_cases}  # later issues add families of their own
     for family in families:
         mine = [c for c in kernel_cases if c.bug_class == family]
         assert {c.io_dtype for c in mine} == {"float64", "float32", "float16", "bfloat16"}, family

@@ -10,6 +10,8 @@ from rope_ref.axes import (
     ambiguous_hf_ids,
     parse_axes,
     positions_for_axes,
+    qk_head_axis,
+    qkv_heads,
     shape_mismatch_message,
     suggest_axes,
 )
@@ -99,3 +101,48 @@ def test_suggestions_for_shape_errors_without_axes():
     assert "axes='bshd'" in shape_mismatch_message((16,), (2, 16, 4, 128))
     assert "name x's axes" in shape_mismatch_message((3, 5), (2, 4, 16, 128))
     assert ambiguous_hf_ids((16,), (8, 8, 16, 128)) is None
+
+
+def test_qk_head_axis_at_the_helper():
+    assert qk_head_axis((2, 5, 12, 16), (2, 5, 4, 16), "bshd") == 2
+    assert qk_head_axis((2, 12, 5, 16), (2, 1, 5, 16), "bhsd") == 1
+    for q, k, axes, match in [
+        ((2, 5, 12, 16), (2, 5, 5, 16), "bshd", "k heads \\(5\\) must divide q heads \\(12\\)"),
+        ((2, 5, 12, 16), (2, 5, 0, 16), "bshd", "k heads \\(0\\) must divide"),
+        ((2, 5, 12, 16), (2, 6, 4, 16), "bshd", "must agree on every axis but the heads"),
+        ((2, 5, 12, 16), (2, 5, 4, 8), "bshd", "must agree on every axis but the heads"),
+        ((2, 5, 12, 16), (2, 5, 16), "bshd", "k has 3 axes but q has 4"),
+        ((5, 16), (5, 16), "sd", "no head axis 'h'"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            qk_head_axis(q, k, axes)
+
+
+def test_qkv_heads_at_the_helper():
+    assert qkv_heads((2, 5, 12 + 2 * 4, 16), "bshd", 12, 4) == (2, 12, 4)
+    assert qkv_heads((7, 6 + 2 * 3, 16), "thd", np.int64(6), 3) == (1, 6, 3)
+    for shape, args, match in [
+        (
+            (2, 5, 16, 16),
+            (12, 4),
+            "qkv.shape\\[2\\] = 16 does not split as num_heads_q \\+ 2 \\* num_heads_kv = 12 \\+ 2 \\* 4",
+        ),
+        ((2, 5, 7, 16), (3, 1), "does not split"),
+        ((2, 5, 11, 16), (5, 3), "num_heads_kv \\(3\\) must divide num_heads_q \\(5\\)"),
+        ((2, 5, 3, 16), (True, 1), "num_heads_q must be an int >= 1, got True"),
+        ((2, 5, 3, 16), (1, np.bool_(True)), "num_heads_kv must be an int >= 1"),
+        ((2, 5, 3, 16), (1.0, 1), "num_heads_q must be an int >= 1"),
+        ((2, 5, 3, 16), (0, 1), "num_heads_q must be an int >= 1, got 0"),
+        ((5, 3, 16), (1, 1), "no head axis 'h' to split"),
+    ]:
+        axes = "bshd" if len(shape) == 4 else "sbd"
+        with pytest.raises(ValueError, match=match):
+            qkv_heads(shape, axes, *args)
+
+
+def test_ambiguous_hf_ids_by_shape():
+    assert ambiguous_hf_ids((1, 16), (1, 8, 16, 128)) is None  # batch 1 broadcasts correctly
+    assert ambiguous_hf_ids((4, 16), (8, 4, 16, 128)) is None  # not (B, S) of this x
+    assert ambiguous_hf_ids((8, 16, 1), (8, 8, 16, 128)) is None
+    assert ambiguous_hf_ids((8, 16), (8, 16, 128)) is None
+    assert "x.shape[1:3] = (8, 16)" in ambiguous_hf_ids((8, 16), (8, 8, 16, 128))

@@ -333,3 +333,51 @@ def test_attention_rotates_q_and_k_with_one_table_under_length_dependent_scaling
     np.testing.assert_allclose(probs, w / w.sum(axis=-1, keepdims=True), atol=1e-12)
     _, probs_short = rope_ref.attention(q, k, v, qp, kp, cfg, seq_len=4)
     assert np.abs(probs_short - probs).max() > 1e-4  # the length really matters here
+
+
+@pytest.mark.parametrize(
+    "change, exc, match",
+    [
+        ({"v": np.zeros((3, 8))}, ValueError, r"v.shape\[-2\] must equal k.shape\[-2\]=5"),
+        ({"v": np.zeros((7, 8))}, ValueError, r"v.shape\[-2\] must equal k.shape\[-2\]=5"),
+        ({"mask": np.ones((3, 5), dtype=np.int64)}, TypeError, "mask must be boolean or floating-point"),
+        ({"mask": np.ones((4, 5), dtype=bool)}, ValueError, r"mask of shape \(4, 5\) does not broadcast"),
+        ({"mask": np.array([[0.0] * 5, [-np.inf] * 5, [0.0] * 5])}, ValueError, "no finite score"),
+        ({"q": np.zeros(8), "qp": 0}, ValueError, "at least 2 dimensions"),
+        ({"v": np.zeros(5)}, ValueError, "at least 2 dimensions"),
+    ],
+    ids=["v-short", "v-long", "int-mask", "mask-shape", "all-minus-inf-row", "q-1d", "v-1d"],
+)
+def test_attention_refuses_bad_shapes_and_masks(change, exc, match):
+    cfg = RopeConfig(8, layout="half", rotary_dim=6)
+    args = {"q": np.ones((3, 8)), "k": np.ones((5, 8)), "v": np.ones((5, 8)), "qp": np.arange(3),
+            "kp": np.arange(5), "mask": None} | change
+    with pytest.raises(exc, match=match):
+        rope_ref.attention(args["q"], args["k"], args["v"], args["qp"], args["kp"], cfg, mask=args["mask"])
+
+
+def test_attention_probabilities_sum_to_one_over_keys():
+    cfg = RopeConfig(8, layout="interleaved")
+    rng = np.random.default_rng(6)
+    q, k, v = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 5, 8)), rng.standard_normal((2, 5, 2))
+    mask = np.tril(np.ones((3, 5), dtype=bool), k=2)  # True: may attend
+    _, probs = rope_ref.attention(q, k, v, np.arange(3), np.arange(5), cfg, mask=mask)
+    np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=0, atol=1e-15)
+    assert np.all(probs[..., ~mask] == 0.0) and np.all(probs[..., mask] > 0.0)
+
+
+def test_sinusoidal_embedding_uses_its_base_width_and_limits():
+    from rope_ref.sinusoidal import MAX_D_MODEL
+
+    pe = rope_ref.sinusoidal_embedding([3.0], 8, base=500.0)
+    with mpmath.workdps(40):
+        for i in range(4):  # PE(m, 2i) = sin(m / base^(2i/d)), PE(m, 2i+1) = cos(...), Vaswani et al. §3.5
+            angle = 3 / mpmath.power(500, mpmath.mpf(2 * i) / 8)
+            assert pe[0, 2 * i] == pytest.approx(float(mpmath.sin(angle)), rel=4e-16, abs=1e-300)
+            assert pe[0, 2 * i + 1] == pytest.approx(float(mpmath.cos(angle)), rel=4e-16, abs=1e-300)
+    for d_model, exc in ((7, ValueError), (MAX_D_MODEL + 2, ValueError), (8.0, TypeError)):
+        with pytest.raises(exc, match="d_model"):
+            rope_ref.sinusoidal_embedding(0.0, d_model)
+    for base in (1.0, 0.5):
+        with pytest.raises(ValueError, match="base must be a finite number > 1"):
+            rope_ref.sinusoidal_embedding(0.0, 8, base=base)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import legacy_numpy
 import numpy as np
 import pytest
 from hypothesis import given
@@ -71,7 +72,7 @@ CFG = RopeConfig(8, layout="interleaved")
         (np.zeros((2, 8)), [0, 2**63 + 1], ValueError, "positions.*2\\*\\*40"),
         (np.zeros((2, 8)), [0, -(2**63)], ValueError, "positions.*-9223372036854775808"),
         (np.zeros((2, 8)), np.ma.masked_array([1, 2], mask=[0, 1]), TypeError, "positions.*masked"),
-        (np.zeros((2, 8)), np.matrix([[1, 2]]), TypeError, "positions.*matrix"),
+        (np.zeros((2, 8)), legacy_numpy.matrix([[1, 2]]), TypeError, "positions.*matrix"),
         (np.zeros((2, 8), dtype=np.longdouble), [0, 1], TypeError, "x.*float64 cannot hold"),
         (np.zeros((2, 8)), np.zeros(2, dtype=np.longdouble), TypeError, "positions.*float64 cannot hold"),
     ],

@@ -352,3 +352,59 @@ def test_inv_freq_bugs_are_named(values, named):
         assert "inv_freq has shape (32,), expected (64,)" in str(info.value)
     else:
         assert _named(str(info.value)).startswith(f"most resembles: {named}"), info.value
+
+
+# -- the helpers, called directly ---------------------------------------------------------------------------
+
+
+def test_nice_bases_round_and_leave_out_the_configs_own():
+    assert diagnoses.nice_bases([12345.678], HALF) == [12000.0, 12300.0, 12345.7]  # 10000 is the config's
+    assert diagnoses.nice_bases([10000.4], HALF) == [10000.4]
+    assert diagnoses.base_label(500000.0, HALF) == "base looks like 500000 (config has 10000)"
+
+
+def test_cut_text_names_the_first_wrong_position():
+    assert diagnoses.cut_text(None) is None
+    assert diagnoses.cut_text((2047.0, 2048.0)) == (
+        "a cos/sin table built for a shorter length, or a stale cache: every position below 2048 is right "
+        "and every position from 2048 on wrong"
+    )
+    assert "every position up to 100 is right and every position from 2048 on wrong" in diagnoses.cut_text(
+        (100.0, 2048.0)
+    )
+
+
+def test_explain_picks_the_best_match_and_falls_back():
+    cfg = rope_ref.RopeConfig(8, layout="half")
+    x = np.random.default_rng(0).standard_normal((6, 8))
+    pos = np.arange(6.0) * 7
+    got = rope_ref.apply(x, pos + 1, cfg)
+    policy = rope_ref.testing.precision_policy("float64")
+    build = rope_ref.testing._builder(x, "apply", {}, None)
+    near = got * (1 + 4e-16)  # a candidate that matches less closely, listed first
+    candidates = [
+        ("close", build(cfg, pos + 1, values=lambda: near.copy())),
+        ("exact", build(cfg, pos + 1)),
+        ("raises", lambda: (_ for _ in ()).throw(ValueError("does not fit"))),
+    ]
+    assert (
+        diagnoses.explain(got, policy, candidates[:1]) == "close (matches the oracle run with that mistake)"
+    )
+    assert diagnoses.explain(got, policy, candidates) == "exact (matches the oracle run with that mistake)"
+    assert diagnoses.explain(got, policy, candidates[2:], "the pattern") == "the pattern"
+    assert diagnoses.explain(got, policy, [], None) is None
+
+
+@pytest.mark.parametrize(
+    ("row", "channel", "kind"), [(0, 31, "position 0"), (1, 32, "pass-through channel 32")]
+)
+def test_exact_line_tells_position_zero_from_a_pass_through_channel(row, channel, kind):
+    cfg = rope_ref.RopeConfig(64, layout="half", rotary_dim=32)
+    x = np.random.default_rng(1).standard_normal((3, 64))
+    pos = np.array([0.0, 5.0, 9.0])
+    y = rope_ref.apply(x, pos, cfg)
+    y[row, channel] = np.nextafter(y[row, channel], 10.0)
+    with pytest.raises(AssertionError) as info:
+        assert_rope_close(y, x, pos, cfg, precision="float64")
+    msg = str(info.value)
+    assert kind in msg and "1 of 192 elements out of tolerance, all of them exact elements" in msg

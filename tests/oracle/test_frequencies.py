@@ -175,3 +175,70 @@ def test_angles_and_cos_sin_take_their_options_by_keyword_only():
     for func in (rope_ref.angles, rope_ref.cos_sin):
         with pytest.raises(TypeError):
             func([1.0, 2.0], cfg, 4)
+
+
+class _LengthScaled(rope_ref.scaling_base.Scaling):
+    """Default table; attention factor seq_len / 64 (length dependent, to see which length it gets)."""
+
+    length_dependent = True
+
+    def inv_freq(self, base, rotary_dim, seq_len):
+        return rope_ref.default_inv_freq(base, rotary_dim)
+
+    def attention_factor(self, rotary_dim, seq_len):
+        return 1.0 if seq_len is None else seq_len / 64
+
+
+class _ZeroPairs(_LengthScaled):
+    """A zero-frequency scaling whose table at seq_len 100 has a negative entry."""
+
+    zero_frequencies = True
+
+    def inv_freq(self, base, rotary_dim, seq_len):
+        table = np.zeros(rotary_dim // 2)
+        table[0] = -1.0 if seq_len == 100 else 1.0
+        return table
+
+    def validate(self, base, rotary_dim):
+        pass
+
+
+def test_cos_sin_uses_the_attention_factor_at_the_resolved_length():
+    cfg = RopeConfig(8, layout="half", scaling=_LengthScaled())
+    cos, sin = rope_ref.cos_sin([0.0, 127.0], cfg)  # seq_len = 128: factor 2 on cos and sin
+    assert cos[0].tolist() == [2.0] * 4 and sin[0].tolist() == [0.0] * 4
+    cos32, sin32 = rope_ref.cos_sin([0.0, 127.0], cfg, seq_len=32)  # explicit: factor 0.5
+    np.testing.assert_array_equal(cos32 * 4, cos)
+    np.testing.assert_array_equal(sin32 * 4, sin)
+    assert rope_ref.attention_factor(cfg, 192) == 3.0
+    with pytest.raises(ValueError, match="seq_len must be >= 1"):
+        rope_ref.attention_factor(cfg, 0)
+
+
+def test_zero_frequency_tables_may_hold_zeros_but_not_negatives():
+    cfg = RopeConfig(8, layout="half", scaling=_ZeroPairs())
+    assert rope_ref.inv_freq(cfg, 99).tolist() == [1.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="negative or non-finite frequencies"):
+        rope_ref.inv_freq(cfg, 100)
+
+
+def test_resolved_length_floors_fractional_positions_and_an_explicit_one_wins():
+    from rope_ref.frequencies import resolve_seq_len
+
+    cfg = RopeConfig(8, layout="half", scaling=rope_ref.DynamicNTK(2.0, 16))
+    assert resolve_seq_len(np.array([0.0, 40.5]), cfg, None) == 41  # floor(40.5) + 1, not 42
+    assert resolve_seq_len(np.array([0.0, 40.0]), cfg, None) == 41
+    assert resolve_seq_len(np.array([0.0, 40.0]), cfg, 100) == 100
+    assert resolve_seq_len(np.array([-5.0]), cfg, None) == 1
+    with pytest.raises(ValueError, match="seq_len must be >= 1"):
+        resolve_seq_len(np.array([3.0]), cfg, 0)
+    pos = np.array([1.0, 2.0])  # angles honour an explicit seq_len for a length-dependent scaling
+    long = RopeConfig(8, layout="half", base=10000.0 * 19.0 ** (8 / 6))  # (1 + 2 (160 - 16) / 16)^(d/(d-2))
+    want = pos[:, None] * rope_ref.inv_freq(long)
+    np.testing.assert_allclose(rope_ref.angles(pos, cfg, seq_len=160), want, rtol=1e-13, atol=0)
+
+
+def test_default_table_is_a_fresh_array_each_call():
+    first = rope_ref.default_inv_freq(500.0, 8)
+    first[:] = -1.0
+    assert rope_ref.default_inv_freq(500.0, 8)[0] == 1.0

@@ -772,3 +772,24 @@ def test_hf_dynamic_config_read_from_json_needs_max_position_embeddings():
     message = r"missing the key 'max_position_embeddings' \(needed by dynamic NTK\)"
     with pytest.raises(ValueError, match=message):
         RopeConfig.from_hf(raw)
+
+
+def test_paired_keys_with_different_values_each_win_where_documented():
+    # The rope dict's partial_rotary_factor (0.25) beats the top-level one (0.5): 16 of 64 channels.
+    cfg = RopeConfig.from_hf(dict(SMALL, partial_rotary_factor=0.5,
+                                  rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.25}))
+    assert (cfg.head_dim, cfg.rotary_dim) == (64, 16)
+    # The rope dict's rope_theta (5e5) beats the top-level one (1e4).
+    inner = {"rope_type": "default", "rope_theta": 5e5}
+    assert RopeConfig.from_hf(dict(SMALL, rope_parameters=inner)).base == 5e5
+    # qk_rope_head_dim (32) beats head_dim (192), which beats kv_channels (96) and hidden / heads (64).
+    mla = dict(SMALL, qk_rope_head_dim=32, head_dim=192, kv_channels=96)
+    assert RopeConfig.from_hf(mla).head_dim == 32
+    assert RopeConfig.from_hf(dict(SMALL, head_dim=192, kv_channels=96)).head_dim == 192
+    assert RopeConfig.from_hf(dict(SMALL, kv_channels=96)).head_dim == 96
+    # A top-level original context (1024) beats the dict's (2048); max_position_embeddings (8192) is the
+    # fallback only, and YaRN's derived factor uses it: 8192 / 1024 = 8.
+    yarn = {"rope_type": "yarn", "original_max_position_embeddings": 2048}
+    got = RopeConfig.from_hf(dict(SMALL, max_position_embeddings=8192, original_max_position_embeddings=1024,
+                                  rope_scaling=yarn)).scaling
+    assert (got.original_max_position, got.factor) == (1024, 8.0)

@@ -226,3 +226,42 @@ _HEAVY = ("torch", "cupy", "jax", "matplotlib", "array_api_strict")
 def test_importing_rope_ref_imports_no_heavy_library(statement):
     loaded = modules_loaded_by(statement, _HEAVY, timeout=60)
     assert loaded == [], f"{statement!r} imported {','.join(loaded)}"
+
+
+# -- torch tensors without plain dense values, kept dtypes, objects left to NumPy ---------------------
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)], layout=torch.jagged),
+         r"nested torch tensor .*unbind"),
+        (lambda: torch.quantize_per_tensor(torch.ones(4), 0.5, 0, torch.qint8), r"quantized .*dequantize"),
+        (lambda: torch.eye(3).to_sparse(), r"layout torch.sparse_coo; pass a dense one"),
+        (lambda: torch.eye(3).to_sparse_csr(), r"layout torch.sparse_csr; pass a dense one"),
+    ],
+    ids=["nested", "quantized", "sparse-coo", "sparse-csr"],
+)
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch: nested and quantized tensors are prototypes
+def test_non_dense_torch_tensors_are_refused_at_the_converter(make, match):
+    with pytest.raises(TypeError, match=match):
+        foreign_to_numpy(make(), "x")
+
+
+def test_dtypes_other_than_bfloat16_are_kept():
+    assert foreign_to_numpy(torch.ones(2, dtype=torch.float16), "x").dtype == np.float16
+    assert foreign_to_numpy(torch.ones(2, dtype=torch.bfloat16), "x").dtype == np.float32
+    with pytest.raises(TypeError, match="complex"):
+        foreign_to_numpy(torch.ones(2, dtype=torch.complex128), "x")
+
+
+class _ArrayOnly:
+    """Not a sequence; speaks only ``__array__``: left to NumPy (None), never refused."""
+
+    def __array__(self, dtype=None, copy=None):
+        return np.arange(3.0)
+
+
+def test_objects_with_an_array_protocol_are_left_to_numpy():
+    assert foreign_to_numpy(_ArrayOnly(), "x") is None
+    assert foreign_to_numpy(range(3), "x") is None and foreign_to_numpy(2.5, "x") is None

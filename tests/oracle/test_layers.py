@@ -57,7 +57,10 @@ def test_llama4_nope_layers_are_identity():
     assert nope == [3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47]
     x = np.random.default_rng(0).standard_normal((4, 128))
     pos = np.array([0, 5, 9000, 100000])
-    assert np.array_equal(model.apply(x, pos, 3), x)
+    out = model.apply(x, pos, 3)
+    assert np.array_equal(out, x) and not np.shares_memory(out, x)  # a new array, as apply returns
+    out[0, 0] = 123.0
+    assert x[0, 0] != 123.0
     cfg = model.rope(0)
     assert cfg.layout == "interleaved" and cfg.base == 500000.0
     assert np.array_equal(model.apply(x, pos, 0), rope_ref.apply(x, pos, cfg))
@@ -85,3 +88,26 @@ def test_bad_inputs():
         layers.llama4(2, rope_ref.RopeConfig(8, layout="half"), no_rope_layers=[1, 2])
     with pytest.raises(ValueError, match="unknown per-layer preset"):
         layers.preset("gemma-2")
+
+
+def test_layer_apply_passes_seq_len_to_a_length_dependent_rope():
+    cfg = rope_ref.RopeConfig(8, layout="half", scaling=rope_ref.DynamicNTK(3.0, 16))
+    model = layers.llama4(4, cfg, no_rope_layers=[1, 0, 1, 1])
+    x = np.random.default_rng(3).standard_normal((5, 8))
+    pos = np.arange(5.0)
+    got = model.apply(x, pos, 2, seq_len=64)
+    assert np.array_equal(got, rope_ref.apply(x, pos, cfg, seq_len=64))
+    assert not np.array_equal(got, rope_ref.apply(x, pos, cfg))  # seq_len 5 < 16: unscaled
+    with pytest.raises(ValueError, match="layer_idx must be < num_layers=4, got 4"):
+        model.rope(4)
+
+
+def test_from_hf_reads_the_nope_interval_and_checks_the_layer_types_length():
+    llama4 = {"model_type": "llama4_text", "num_hidden_layers": 6, "hidden_size": 64,
+              "num_attention_heads": 4, "rope_theta": 5e5, "no_rope_layer_interval": 3}
+    model = layers.from_hf(llama4)
+    assert [i for i in range(6) if model.rope(i) is None] == [2, 5]  # (i + 1) % 3 == 0, not % 4
+    gemma = {"model_type": "gemma3_text", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+             "head_dim": 16, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}
+    with pytest.raises(ValueError, match="layer_types must list num_hidden_layers=4 layer types"):
+        layers.from_hf(gemma)

@@ -184,3 +184,53 @@ def test_softmax_scale_uses_mscale_all_dim_not_mscale():
         factor = float((mpmath.mpf(0.1) * ln40 + 1) / (mpmath.mpf(0.1) * mpmath.mpf(0.707) * ln40 + 1))
     assert mla.softmax_scale(cfg) == right and abs(right - wrong) / right > 0.15
     assert rope_ref.attention_factor(cfg.rope) == pytest.approx(factor, rel=1e-15)
+
+
+def test_softmax_scale_corrects_only_yarn():
+    # A linear scaling has a factor but no mscale: the softmax scale stays qk_head_dim^-0.5.
+    rope = rope_ref.RopeConfig(32, layout="interleaved", scaling=rope_ref.scaling.Linear(4.0))
+    cfg = mla.MLAConfig("linear", 96, 32, 80, rope, 1.0)
+    with mpmath.workdps(50):
+        assert mla.softmax_scale(cfg) == float(1 / mpmath.sqrt(128))
+    # mscale_all_dim 0 (or None) turns the correction off even under YaRN.
+    yarn = rope_ref.YaRN(40.0, original_max_position=4096, mscale=0.707, mscale_all_dim=0.707)
+    off = mla.MLAConfig("off", 96, 32, 80, rope_ref.RopeConfig(32, layout="interleaved", scaling=yarn), 0.0)
+    with mpmath.workdps(50):
+        assert mla.softmax_scale(off) == float(1 / mpmath.sqrt(128))
+
+
+def test_to_half_layout_by_hand():
+    x = np.arange(8.0)
+    assert mla.to_half_layout(x).tolist() == [0.0, 2.0, 4.0, 6.0, 1.0, 3.0, 5.0, 7.0]
+    assert mla.to_half_layout(np.arange(12.0).reshape(2, 6)).tolist() == [
+        [0.0, 2.0, 4.0, 1.0, 3.0, 5.0],
+        [6.0, 8.0, 10.0, 7.0, 9.0, 11.0],
+    ]
+    for bad in (np.zeros(7), np.zeros((3, 5)), np.float64(1.0)):
+        with pytest.raises(ValueError, match="x_rope.shape\\[-1\\] must be even"):
+            mla.to_half_layout(bad)
+
+
+@pytest.mark.parametrize("convention", ["released", "hf"])
+def test_rope_part_passes_seq_len_to_a_dynamic_scaling(convention):
+    # Dynamic NTK (HF _compute_dynamic_ntk_parameters): base' = base * (f L / L0 - (f - 1))^(d / (d - 2)).
+    ntk = rope_ref.scaling.DynamicNTK(2.0, original_max_position=32)
+    cfg = mla.MLAConfig("ntk", 8, 16, 4, rope_ref.RopeConfig(16, layout="interleaved", scaling=ntk), None)
+    x = np.random.default_rng(9).standard_normal((2, 24))
+    pos = np.array([3, 5])
+    got = mla.apply_rope_part(x, pos, cfg, convention=convention, seq_len=100)
+    base = 10000.0 * (2.0 * 100 / 32 - 1.0) ** (16 / 14)
+    inv = [base ** (-2.0 * i / 16) for i in range(8)]
+    for t in range(2):
+        want = complex_ref(x[t, 8:], pos[t], inv)
+        if convention == "hf":
+            want = mla.to_half_layout(np.array(want))
+        np.testing.assert_allclose(got[t, 8:], want, rtol=1e-11, atol=1e-11)
+    # Without seq_len the positions (max 5 < 32) leave the base unscaled.
+    short = mla.apply_rope_part(x, pos, cfg, convention=convention)
+    assert np.abs(short[1, 8:] - got[1, 8:]).max() > 1e-3
+
+
+def test_apply_rope_part_wants_an_mla_config():
+    with pytest.raises(TypeError, match="MLAConfig"):
+        mla.apply_rope_part(np.zeros((2, 64)), [0, 1], rope_ref.RopeConfig(64, layout="interleaved"))

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mrope_reference import hf_channel_streams
 
 import rope_ref
 from rope_ref import mrope
@@ -227,25 +228,6 @@ def test_decode_ids_continue_a_full_recompute(rule):
 
 
 # -- rotation ------------------------------------------------------------------------------------------
-
-
-def hf_channel_streams(head_dim, sections, mode, rotary_dim=None):
-    """Stream of every channel of HF's final cos/sin table, by restating each release's slicing."""
-    if mode == "qwen2":  # cos (3, hd) split by sections*2, chunk j from stream j % 3
-        out = []
-        for j, width in enumerate(list(sections) * 2):
-            out += [j % 3] * width
-        return out
-    if mode == "qwen3":  # freqs (3, hd/2): freqs_t[idx] = freqs[dim][idx], idx = slice(offset, 3*sec, 3)
-        half = head_dim // 2
-        streams = [0] * half
-        for dim, offset in ((1, 1), (2, 2)):
-            for idx in range(offset, sections[dim] * 3, 3):
-                streams[idx] = dim
-        return streams + streams  # emb = cat(freqs, freqs)
-    # glm4v: Qwen2 slicing of the doubled rotary table, first half kept, each entry repeated twice
-    table = hf_channel_streams(rotary_dim, sections, "qwen2")[: rotary_dim // 2]
-    return [s for s in table for _ in range(2)]
 
 
 def hf_rotate(x, pos3, inv, channel_streams, layout, rotary_dim):

@@ -85,3 +85,50 @@ def test_inverse_keeps_the_forward_sequence_length_for_dynamic_scalings():
     assert not np.array_equal(inv, rope_ref.apply(x, -m, cfg))  # -m alone would see seq_len 1
     with pytest.raises(TypeError, match="inverse"):
         rope_ref.apply(x, m, cfg, inverse="yes")
+
+
+def test_integer_helper_checks_dtype_rank_and_range_itself():
+    from rope_ref.positions import _integers
+
+    limit = 2**40
+    assert _integers(np.array([limit, -limit]), "ids").tolist() == [limit, -limit]  # the bounds are inside
+    assert _integers(np.array([3.0, -4.0]), "ids").dtype == np.int64
+    with pytest.raises(TypeError, match="ids must hold integers, got dtype bool"):
+        _integers(np.array([True, False]), "ids")
+    with pytest.raises(ValueError, match=r"ids must be 1-D, got shape \(1, 2\)"):
+        _integers(np.array([[0, 3]]), "ids", ndim=1)
+    for bad in (limit + 1, -limit - 1):
+        with pytest.raises(ValueError, match=r"ids must lie within \+-2\*\*40"):
+            _integers(np.array([0, bad]), "ids")
+    with pytest.raises(ValueError, match="ids must hold integers, got 2.5"):
+        _integers(np.array([1.0, 2.5]), "ids")
+
+
+def test_offset_helper_checks_batch_seq_len_and_the_last_position_itself():
+    limit = 2**40
+    rows = positions_from_offset([3, 100, 7], 2)  # 3 rows != 2 steps: written out by hand
+    assert rows.dtype == np.float64 and rows.tolist() == [[3.0, 4.0], [100.0, 101.0], [7.0, 8.0]]
+    assert positions_from_offset(9, 4, batch=2).tolist() == [[9.0, 10.0, 11.0, 12.0]] * 2
+    assert positions_from_offset(limit - 2, 2)[-1] == float(limit - 1)
+    with pytest.raises(ValueError, match="offset has 2 entries for batch=3"):
+        positions_from_offset([1, 2], 5, batch=3)
+    with pytest.raises(ValueError, match="batch"):
+        positions_from_offset(1, 5, batch=0)
+    with pytest.raises(TypeError, match="seq_len"):
+        positions_from_offset(1, 2.0)
+    with pytest.raises(ValueError, match="seq_len"):
+        positions_from_offset(1, -1)
+    with pytest.raises(ValueError, match="offset \\+ seq_len reaches 1099511627777"):
+        positions_from_offset([0, limit - 1], 3)
+
+
+def test_kernel_positions_reads_the_token_axis_and_returns_float64_ids():
+    from rope_ref.positions import kernel_positions
+
+    # 't' is the middle axis: 7 tokens, 2 heads (a token count read from axis 0 would see 2)
+    ids = kernel_positions((2, 7, 4), "htd", cu_seqlens=[0, 3, 7], start_offsets=[5, 40])
+    assert ids.tolist() == [5.0, 6.0, 7.0, 40.0, 41.0, 42.0, 43.0]
+    with pytest.raises(ValueError, match="cu_seqlens ends at 2 but x has 7 tokens"):
+        kernel_positions((2, 7, 4), "htd", cu_seqlens=[0, 2])
+    explicit = kernel_positions((3, 2, 4), "shd", positions=np.arange(3, dtype=np.int32))
+    assert explicit.dtype == np.float64 and explicit.tolist() == [0.0, 1.0, 2.0]

@@ -368,3 +368,46 @@ def test_a_one_token_original_context_is_accepted_from_hf():
 
     got = scaling_from_hf({"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=1)
     assert got == rope_ref.DynamicNTK(2.0, 1)
+
+
+class _Toy(rope_ref.scaling_base.Scaling):
+    """A scaling whose table and attention factor the test chooses (validate is checked at the base class)."""
+
+    def __init__(self, table=None, factor=1.0, long_table=None, length_dependent=False):
+        self.table, self.factor, self.long_table = table, factor, long_table
+        self.length_dependent = length_dependent
+
+    def inv_freq(self, base, rotary_dim, seq_len):
+        if seq_len is not None and self.long_table is not None:
+            return self.long_table
+        return np.ones(rotary_dim // 2) if self.table is None else self.table
+
+    def attention_factor(self, rotary_dim, seq_len):
+        return self.factor
+
+    def __repr__(self):
+        return "Toy()"
+
+
+def test_scaling_base_defaults():
+    base = rope_ref.scaling_base.Scaling
+    assert base.length_dependent is False and base.zero_frequencies is False
+    assert base().attention_factor(8, None) == 1.0 and base().attention_factor(8, 4096) == 1.0
+
+
+@pytest.mark.parametrize(
+    "toy, match",
+    [
+        (_Toy(table=np.ones(3)), "no valid frequency table for rotary_dim=8"),
+        (_Toy(table=np.array([1.0, 0.5, 0.0, 0.25])), "no valid frequency table"),
+        (_Toy(long_table=np.array([1.0, 0.5, 0.0, 0.25]), length_dependent=True), "no valid frequency table"),
+        (_Toy(factor=0.0), "gives attention factor 0.0; it must be finite and > 0"),
+        (_Toy(factor=-1.0), "gives attention factor -1.0"),
+        (_Toy(factor=float("inf")), "gives attention factor inf"),
+    ],
+    ids=["short", "zero-entry", "zero-entry-when-long", "factor-zero", "factor-negative", "factor-inf"],
+)
+def test_scaling_validate_refuses_at_the_base_class(toy, match):
+    with pytest.raises(ValueError, match=match):
+        toy.validate(10000.0, 8)
+    _Toy(long_table=np.zeros(4), length_dependent=False).validate(10000.0, 8)  # never asked for long

@@ -329,3 +329,27 @@ def test_positions_broadcast_along_the_block_axis_share_one_cached_table(fresh_c
     y = rope_ref.apply(x, np.array([[1.0, 2.0, 3.0]]), cfg)
     assert len(fresh_cache._items) == 1
     _close(y[2, 1], _rotated_by_hand(x[2, 1], 2.0, "half"), 2.0)
+
+
+def test_cached_tables_are_keyed_by_attention_factor_shape_and_layout():
+    """Calls differing only in the attention factor, the positions' shape or the layout never share tables."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((6, 4, 16))
+    a = RopeConfig(16, layout="half", scaling=YaRN(4.0, 64, attention_factor=1.5))
+    b = RopeConfig(16, layout="half", scaling=YaRN(4.0, 64, attention_factor=2.5))  # same frequencies
+    pos = np.arange(6.0)[:, None] * np.ones((1, 4)) + np.arange(4.0)  # (6, 4): small next to x
+    for cfg in (a, b, a.replace(layout="interleaved")):
+        assert _same_bits(rope_ref.apply(x, pos, cfg), _uncached(x, pos, cfg))
+    # The same eight position bytes as (2, 4) and as (4, 2) (x of shape (2, 4, d) and (4, 2, d)).
+    flat = np.array([0.0, 3.0, 5.0, 7.0, 11.0, 13.0, 17.0, 19.0])
+    for shape in ((2, 4), (4, 2)):
+        xs = rng.standard_normal(shape + (8, 16))
+        ids = flat.reshape(shape)[..., None]
+        assert _same_bits(rope_ref.apply(xs, ids, a), _uncached(xs, ids, a))
+    # arange positions with the table cache off take the prefix tables: the layouts' tables differ.
+    rotation.set_table_cache_bytes(cache_bytes=0)
+    xl = rng.standard_normal((64, 4, 16))
+    for layout in ("half", "interleaved"):
+        cfg = RopeConfig(16, layout=layout)
+        assert _same_bits(rope_ref.apply(xl, np.arange(64.0)[:, None], cfg),
+                          _uncached(xl, np.arange(64.0)[:, None], cfg))

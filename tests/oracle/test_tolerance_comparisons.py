@@ -156,8 +156,14 @@ def test_notes_name_exact_and_non_finite_elements():
 def test_table_rule_reads_the_op_name_by_value():
     """An op name read from a manifest is an equal string, not the interned literal: the YaRN
     (truncate=False) ramp term of inv_freq must still be added."""
-    scaling = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096,
-               "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+    scaling = {
+        "rope_type": "yarn",
+        "factor": 8.0,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+    }
     cfg = {"head_dim": 32, "layout": "half", "base": 10000.0, "scaling": scaling}
     theta = np.ones(16)
     literal = Case("t", "inv_freq", cfg, {}, {"out": theta}, "scaling", "table")
@@ -254,3 +260,23 @@ def test_rule_names_are_compared_by_value():
     policy = PrecisionPolicy("float32", "float32", "float32")
     want = tolerance.element_tolerance(ref, "cos", policy).tol
     np.testing.assert_array_equal(tolerance.element_tolerance(fresh, "cos", policy).tol, want)
+
+
+def test_a_nan_expected_value_fails_whatever_was_returned():
+    """A golden file holding NaN (a corrupted or badly generated value) can never be passed."""
+    case = rotation_case("nan-expected")
+    case.expected["out"] = case.expected["out"].copy()
+    case.expected["out"][2, 3] = np.nan
+    got = np.nan_to_num(case.expected["out"], nan=0.25)
+    [elements, _] = tolerance.compare_output(case, "out", got, FP32)
+    assert not elements.passed and elements.n_bad == 1 and elements.index == (2, 3)
+    assert elements.ratio == np.inf
+
+
+def test_check_case_judges_every_expected_output_and_only_those():
+    case = rotation_case("outputs")
+    out = case.expected["out"]
+    results = check_case(case, {"out": out, "extra": out * 2.0}, FP32)  # an extra output is not judged
+    assert [c.output for c in results] == ["out", "out pair norm"] and all(c.passed for c in results)
+    with pytest.raises(KeyError, match="out"):
+        check_case(case, {"extra": out}, FP32)  # a missing one is not silently skipped

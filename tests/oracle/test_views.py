@@ -84,3 +84,26 @@ def test_torch_apply_qk_in_place_refuses_overlapping_q_and_k() -> None:
     q, k = rt.apply_qk(buf[:, :, :2], buf[:, :, 2:], ids, cfg, axes="bshd", inplace=True)  # disjoint: fine
     expect_q, expect_k = rt.apply_qk(before[:, :, :2], before[:, :, 2:], ids, cfg, axes="bshd")
     assert torch.equal(q, expect_q) and torch.equal(k, expect_k)
+
+
+def test_an_undecided_overlap_is_an_error_never_disjoint(monkeypatch) -> None:
+    import rope_ref.views as views
+
+    a, b = View(0, (50, 50), (7, 11), 1), View(3, (50, 50), (13, 17), 1)
+    monkeypatch.setattr(views, "MAX_WORK", 1)  # the solver gives up after one step
+    with pytest.raises(ValueError, match="cannot decide whether the two views overlap"):
+        views_overlap(a, b)
+
+
+def test_touching_ranges_and_item_widths() -> None:
+    # [1000, 1008) and [1008, 1016): adjacent, no shared byte; one byte more and they share one.
+    assert not views_overlap(View(1000, (2,), (4,), 4), View(1008, (2,), (4,), 4))
+    assert views_overlap(View(1000, (2,), (4,), 4), View(1007, (1,), (1,), 1))
+    # Element 1 of a ends at byte 1015: an 8-byte item reaches a view starting at 1012 (4-byte items do not).
+    assert views_overlap(View(1000, (2,), (8,), 8), View(1012, (1,), (4,), 4))
+    assert not views_overlap(View(1000, (2,), (8,), 4), View(1012, (1,), (4,), 4))
+    # Negative strides: element 0 is the highest address.
+    assert views_overlap(View(1100, (3,), (-40,), 8), View(1020, (1,), (8,), 8))
+    assert not views_overlap(View(1100, (3,), (-40,), 8), View(1010, (1,), (8,), 8))
+    with pytest.raises(ValueError, match="in place, keys and queries must not share memory"):
+        check_disjoint(View(0, (2,), (8,), 8), View(8, (1,), (8,), 8), names=("keys", "queries"))

@@ -142,6 +142,37 @@ def test_relative_property_in_both_axes(name, seed, rq, cq, rk, ck, dr, dc):
         assert abs(base[s] - rel[s]) <= 1e-10 * scale
 
 
+@pytest.mark.parametrize(
+    ("grid", "merge", "error", "match"),
+    [
+        ([[1, 3, 4]], 2, ValueError, "grid_thw\\[0\\] = \\(1, 3, 4\\).*divisible by spatial_merge_size=2"),
+        ([[1, 4, 6], [2, 4, 3]], 2, ValueError, "grid_thw\\[1\\] = \\(2, 4, 3\\).*divisible"),
+        ([[1, 6, 4]], 3, ValueError, "divisible by spatial_merge_size=3"),
+        ([[0, 4, 4]], 2, ValueError, "grid_thw\\[0\\] = \\(0, 4, 4\\) must be positive"),
+        ([[1, 4, -2]], 2, ValueError, "must be positive"),
+        ([[1.0, 4.0, 4.0]], 2, TypeError, "grid_thw must be an integer array"),
+        ([[1, 4]], 2, ValueError, "grid_thw must have shape \\(n, 3\\)"),
+        ([[1, 4, 4]], 0, ValueError, "spatial_merge_size"),
+    ],
+)
+def test_qwen2_vl_ids_refuse_bad_grids(grid, merge, error, match):
+    with pytest.raises(error, match=match):
+        vision_rope.qwen2_vl_ids(np.asarray(grid), merge)
+
+
+@pytest.mark.parametrize(
+    ("grids", "error", "match"),
+    [
+        ([[3, 0]], ValueError, "patch_grids\\[0\\] = \\(3, 0\\) must be positive"),
+        ([[2.0, 3.0]], TypeError, "patch_grids must be an integer array"),
+        ([[2, 3, 1]], ValueError, "patch_grids must have shape \\(n, 2\\)"),
+    ],
+)
+def test_pixtral_ids_refuse_bad_grids(grids, error, match):
+    with pytest.raises(error, match=match):
+        vision_rope.pixtral_ids(np.asarray(grids))
+
+
 def test_bad_inputs():
     with pytest.raises(ValueError, match="divisible by spatial_merge_size"):
         vision_rope.qwen2_vl_ids([[1, 3, 4]], 2)

@@ -221,7 +221,11 @@ _REPRODUCERS = sorted(p.name for p in (Path(lcp.__file__).parent / "reproducers"
 
 @pytest.mark.parametrize("script", _REPRODUCERS)
 def test_reproducers_fail_today(script):
-    """Each llama.cpp reproducer exits 1 while its bug is present (ggml-python 0.0.45)."""
+    """Each llama.cpp reproducer exits 1 while its bug is present: ggml's with ggml-python 0.0.45, the host
+    code's (``llama_cpp_host_*``) with the environment of ``peers/envs/llama_cpp.sh``, which says it is
+    missing with exit status 2 (skipped here, with its line as the reason)."""
     path = Path(lcp.__file__).parent / "reproducers" / script
     done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    if done.returncode == 2 and script.startswith("llama_cpp_host_"):
+        pytest.skip(done.stdout.strip() or done.stderr.strip()[-300:])
     assert done.returncode == 1, done.stdout + done.stderr

@@ -46,6 +46,15 @@ MECHANISMS = [
     ("pixtral", "PixtralVisionRotaryEmbedding", None, "axial vision 2D, even/odd frequencies"),
     ("kimi_k25", "Kimi_K25VisionRotaryEmbedding", None, "axial vision 2D, alternating axes"),
     ("sam2_video", "Sam2VideoVisionRotaryEmbedding", None, "axial vision 2D, interleaved pairs"),
+    ("gemma4", "Gemma4TextRotaryEmbedding", None, "proportional rope, per-layer head sizes"),
+    ("lfm3", "Lfm3RotaryEmbedding", None, "proportional rope, layer types without RoPE"),
+    ("ministral3", "Ministral3RotaryEmbedding", None, "YaRN with llama_4_scaling_beta"),
+    ("mistral4", "Mistral4RotaryEmbedding", None, "MLA rope part as a fraction of head_dim"),
+    ("deepseek_v4", "DeepseekV4RotaryEmbedding", None, "main/compress bases, fraction of head_dim"),
+    ("dots3_note", "Dots3NoteTextRotaryEmbedding", None, "MLA rope part per layer type"),
+    ("dbrx", "DbrxRotaryEmbedding", None, "attribute aliases d_model / n_heads"),
+    ("zamba2", "Zamba2RotaryEmbedding", None, "use_mem_rope switch, attention_head_dim"),
+    ("neomme", "NeoMMERotaryEmbedding", None, "two-axis ids expanded by the rotary itself"),
 ]
 
 
@@ -75,6 +84,82 @@ def test_default_config_that_cannot_run_its_rotary_is_a_finding():
     v = zoo_probe.probe("glm4v", "Glm4vTextRotaryEmbedding")
     assert v["verdict"] == "finding", dict(v)
     assert "hf_glm4v_default_mrope_section.py" in v["detail"]
+
+
+# (architecture, rotary class, what the default config gets wrong, the reproducer that confirms it)
+DEFAULT_CONFIG_FAILURES = [
+    (
+        "hunyuan_vl",
+        "HunYuanVLRotaryEmbedding",
+        "cannot run its own rotary",
+        "hf_hunyuan_vl_default_mrope_section",
+    ),
+    (
+        "cohere_compass",
+        "CohereCompassRotaryEmbedding",
+        "cannot build its own rotary",
+        "hf_cohere_compass_default_rope_parameters",
+    ),
+    ("glm4_moe", "Glm4MoeRotaryEmbedding", "odd rotary width", "hf_glm4_moe_odd_rotary_width"),
+    (
+        "qwen3_omni_moe",
+        "Qwen3OmniMoeThinkerTextRotaryEmbedding",
+        "odd rotary width",
+        "hf_qwen3_omni_moe_odd_head_size",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "arch,cls,what,script", DEFAULT_CONFIG_FAILURES, ids=[m[0] for m in DEFAULT_CONFIG_FAILURES]
+)
+def test_default_config_failure_is_a_candidate_finding(arch, cls, what, script):
+    v = zoo_probe.probe(arch, cls)
+    assert v["verdict"] == "candidate finding" and what in v["detail"], dict(v)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "arch,cls,what,script", DEFAULT_CONFIG_FAILURES, ids=[m[0] for m in DEFAULT_CONFIG_FAILURES]
+)
+def test_default_config_failure_confirmed_by_its_reproducer(arch, cls, what, script):
+    v = zoo._confirmed(arch, {"verdict": "candidate finding", "detail": what})
+    assert v["verdict"] == "finding" and f"{script}.py" in v["detail"], v
+
+
+def test_variant_the_rotary_cannot_run_is_an_error_not_a_finding():
+    """PhiMoE's rotary reads LongRoPE keys whatever the type: a linear variant is refused, not a bug."""
+    v = zoo_probe.probe(
+        "phimoe", "PhimoeRotaryEmbedding", rope_parameters={"rope_type": "linear", "factor": 2.0}
+    )
+    assert v["verdict"] == "error" and "variant config cannot run" in v["detail"], dict(v)
+
+
+def test_reproducer_of_a_longer_architecture_name_does_not_confirm():
+    """hf_glm4_moe_odd_rotary_width.py (exits 1) is glm4_moe's, not glm4's."""
+    v = zoo._confirmed("glm4", {"verdict": "candidate finding", "detail": "d"})
+    assert v["verdict"] == "candidate finding", v
+
+
+def test_layer_config_reads_the_per_layer_head_size():
+    """Gemma 4: config.head_dim is ambiguous; the layer type's own config gives 512 / 256."""
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4TextConfig
+
+    config = Gemma4TextConfig()
+    assert zoo_probe._layer_config(config, "full_attention").head_dim == 512
+    assert zoo_probe._layer_config(config, "sliding_attention").head_dim == 256
+    llama = transformers.LlamaConfig()
+    assert zoo_probe._layer_config(llama, "full_attention") is llama
+    assert zoo_probe._layer_config(config, None) is config
+
+
+def test_gap_without_an_oracle_carries_its_justification():
+    row = {"architecture": "cosmos3_edge", "verdict": "not expressible", "detail": "oracle from config: x"}
+    assert "Qwen3-VL" in zoo.justified(row)["detail"]
+    agrees = {"architecture": "cosmos3_edge", "verdict": "agrees", "detail": "d"}
+    assert zoo.justified(agrees) == agrees
+    other = {"architecture": "llama", "verdict": "not expressible", "detail": "d"}
+    assert zoo.justified(other) == other
 
 
 def test_rotary_without_position_ids_is_classified_by_its_signature():

@@ -1,0 +1,108 @@
+"""``conformance.diagnose``: which failing runner cases get a "most resembles" line, and that a diagnosis
+never breaks a verdict. Planted bugs are the oracle run with one documented mistake (layout swapped, the
+forward rotation in the backward pass), so the expected label is known by construction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rope_ref.conformance.case import Case
+from rope_ref.conformance.diagnose import MAX_ELEMENTS, diagnose, exact_detail
+from rope_ref.conformance.oracle_backend import OracleBackend
+from small_cases import run_one
+
+import rope_ref
+from rope_ref.precision import PrecisionPolicy
+from rope_ref.tolerance import Comparison, compare_output
+
+F64 = PrecisionPolicy()
+
+
+class SwapsLayout(OracleBackend):
+    def apply(self, x, positions, cfg, seq_len=None):
+        other = "interleaved" if cfg.layout == "half" else "half"
+        return super().apply(x, positions, cfg.replace(layout=other), seq_len)
+
+
+class ForwardInBackward(OracleBackend):
+    def apply_vjp(self, x, positions, cfg, grad_out, seq_len=None):
+        return rope_ref.apply(grad_out, np.asarray(positions, dtype=np.float64), cfg, seq_len=seq_len)
+
+
+def _apply_case(shape, positions, axes=None, cfg=None, seq_len=None):
+    cfg = cfg or {"head_dim": shape[-1], "layout": "half"}
+    x = np.random.default_rng(11).standard_normal(shape)
+    params = {"seq_len": seq_len} | ({"axes": axes} if axes else {})
+    case = Case(
+        "diag", "apply", cfg, {"x": x, "positions": positions}, {}, "layout", "rotation", params, "float64"
+    )
+    pos = rope_ref.axes.positions_for_axes(positions, axes, shape) if axes else positions
+    case.expected["out"] = rope_ref.apply(x, pos, case.rope_config(), seq_len=seq_len)
+    return case
+
+
+def test_max_elements():
+    assert MAX_ELEMENTS == 65536
+
+
+@pytest.mark.parametrize("rows", [8, 4096])
+def test_cases_up_to_max_elements_are_diagnosed(rows):
+    case = _apply_case((rows, 16), np.arange(rows, dtype=np.float64) * 3)
+    assert case.inputs["x"].size <= MAX_ELEMENTS
+    [r] = run_one(SwapsLayout(), case).results
+    assert r.status == "failed" and r.diagnosis.startswith("layout swapped (interleaved pairs")
+
+
+def test_larger_cases_are_not_diagnosed():
+    case = _apply_case((4097, 16), np.arange(4097, dtype=np.float64))
+    [r] = run_one(SwapsLayout(), case).results
+    assert r.status == "failed" and r.diagnosis == ""
+
+
+def test_a_case_with_named_axes_is_diagnosed():
+    case = _apply_case((2, 3, 6, 16), np.array([0.0, 1, 2, 40, 41, 45]), axes="bhsd")
+    [r] = run_one(SwapsLayout(), case).results
+    assert r.diagnosis.startswith("layout swapped")
+
+
+def test_an_explicit_seq_len_is_the_one_diagnosed_with():
+    dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64}
+    cfg = {"head_dim": 16, "layout": "half", "scaling": dynamic}
+    case = _apply_case((6, 16), np.array([0.0, 5, 9, 30, 50, 60]), cfg=cfg, seq_len=4096)
+    [r] = run_one(SwapsLayout(), case).results
+    assert r.diagnosis.startswith("layout swapped")
+
+
+def test_the_vjp_is_diagnosed_from_grad_out():
+    rng = np.random.default_rng(2)
+    x, g = rng.standard_normal((5, 16)), rng.standard_normal((5, 16))
+    pos = np.array([0.0, 3, 8, 100, 900])
+    inputs = {"x": x, "grad_out": g, "positions": pos}
+    case = Case(
+        "vjp", "apply_vjp", {"head_dim": 16, "layout": "half"}, inputs, {}, "vjp", "rotation", {}, "float64"
+    )
+    case.expected["grad_x"] = rope_ref.apply(g, -pos, case.rope_config())
+    [r] = run_one(ForwardInBackward(), case).results
+    assert r.diagnosis.startswith("forward rotation used in the backward pass")
+
+
+def test_a_diagnosis_that_cannot_be_made_is_empty():
+    case = _apply_case((4, 16), np.arange(4.0))
+    got = case.expected["out"] + 1.0
+    comparisons = compare_output(case, "out", got, F64)
+    broken = Case("b", "apply", case.config, {"x": case.inputs["x"]}, case.expected, "l", "rotation")
+    assert diagnose(broken, {"out": got}, comparisons, F64) == ""  # no positions: KeyError inside
+    assert diagnose(case, {"out": got}, comparisons, F64) == ""  # not a known bug
+    assert diagnose(case, {}, comparisons, F64) == ""
+
+
+def test_exact_detail_only_for_an_exact_worst_element():
+    case = _apply_case((4, 16), np.arange(4.0))
+    got = case.expected["out"].copy()
+    got[0, 0] = np.nextafter(got[0, 0], 2.0)  # position 0: must be exact
+    worst = compare_output(case, "out", got, F64)[0]
+    assert worst.note.startswith("exact element")
+    assert "must equal the input bit for bit" in exact_detail(case, {"out": got}, worst, F64)
+    plain = Comparison("out", False, 1, 64, (1, 0), 0.5, 0.7, 1e-9, 2e8, "")
+    assert exact_detail(case, {"out": got}, plain, F64) == ""
+    assert exact_detail(case, {}, worst, F64) == "" and exact_detail(case, {"out": got}, None, F64) == ""

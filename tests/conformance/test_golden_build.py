@@ -1,0 +1,108 @@
+"""A golden set built in memory (``conformance/golden_build.py``): the files' bytes and the manifest.
+
+Cases are written by hand; the expected manifest entries and bytes are spelled out here, not taken
+from the writer.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from rope_ref.conformance.golden_build import build_set, manifest_bytes
+from rope_ref.conformance.safetensors_io import read_safetensors
+
+from rope_ref.case import Case
+
+CONFIG = {"head_dim": 8, "layout": "half", "rotary_dim": 8, "base": 10000.0, "scaling": None}
+
+
+def _case(case_id: str = "cos_sin-hand", **changes) -> Case:
+    fields = {
+        "id": case_id,
+        "op": "cos_sin",
+        "config": dict(CONFIG),
+        "inputs": {"positions": np.array([0, 3, 7], dtype=np.int64)},
+        "expected": {"cos": np.ones((3, 8)), "sin": np.zeros((3, 8))},
+        "bug_class": "tables",
+        "tolerance": "table",
+        "params": {"seq_len": None},
+        "description": "a case written by hand",
+        "aux": {"inv_freq": np.full(4, 0.5), "attention_factor": np.array(1.0)},
+    }
+    fields.update(changes)
+    return Case(**fields)
+
+
+def _build(*cases: Case, fmt: str = "safetensors"):
+    return build_set(list(cases), fmt, "by hand", "custom", None, None)
+
+
+def test_manifest_entry_lists_every_tensor_and_field():
+    first = _case()
+    second = _case("cos_sin-later", requires=["cos_sin-hand"], description="second")
+    files, manifest = _build(first, second)
+    assert sorted(files) == ["cos_sin-hand.safetensors", "cos_sin-later.safetensors"]
+    entry = manifest["cases"][1]
+    assert entry["description"] == "second" and entry["requires"] == ["cos_sin-hand"]
+    assert "requires" not in manifest["cases"][0]
+    assert entry["inputs"] == {"positions": {"dtype": "int64", "shape": [3]}}
+    assert entry["expected"] == {n: {"dtype": "float64", "shape": [3, 8]} for n in ("cos", "sin")}
+    assert entry["aux"] == {
+        "inv_freq": {"dtype": "float64", "shape": [4]},
+        "attention_factor": {"dtype": "float64", "shape": []},
+    }
+    assert manifest["bug_classes"].keys() == {"tables"}  # only the classes the cases use
+
+
+def test_safetensors_file_records_the_case_id():
+    files, _ = _build(_case())
+    tensors, metadata = read_safetensors("cos_sin-hand.safetensors", files["cos_sin-hand.safetensors"])
+    assert metadata == {"case_id": "cos_sin-hand", "schema_version": "1"}
+    assert sorted(tensors) == [
+        "aux.attention_factor",
+        "aux.inv_freq",
+        "expected.cos",
+        "expected.sin",
+        "inputs.positions",
+    ]
+
+
+def test_numpy_scalars_in_params_become_json_numbers():
+    _, manifest = _build(
+        _case(params={"seq_len": np.int64(4096)}, config={**CONFIG, "base": np.float64(5e5)})
+    )
+    entry = manifest["cases"][0]
+    assert entry["params"]["seq_len"] == 4096 and type(entry["params"]["seq_len"]) is int
+    assert type(entry["config"]["base"]) is float
+    json.loads(manifest_bytes(manifest))
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_number_is_refused(value):
+    with pytest.raises(ValueError, match="non-finite number"):
+        _build(_case(params={"seq_len": None, "scale": value}))
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.uint8])
+def test_tensor_of_an_unstorable_dtype_is_refused(dtype):
+    case = _case(inputs={"positions": np.array([0, 1], dtype=dtype)})
+    with pytest.raises(TypeError, match=r"case 'cos_sin-hand' inputs\.positions: dtype .* cannot be stored"):
+        _build(case)
+
+
+def test_two_cases_with_one_id_are_refused():
+    with pytest.raises(ValueError, match="case id 'cos_sin-hand' occurs twice"):
+        _build(_case(), _case())
+
+
+@pytest.mark.parametrize("name", ["a-b", "../x", "", "1st"])
+def test_a_tensor_name_that_is_not_an_identifier_is_refused(name):
+    case = _case(expected={name: np.ones(3)})
+    with pytest.raises(ValueError, match=f"case 'cos_sin-hand': tensor name {name!r} is not allowed"):
+        _build(case)
+
+
+def test_manifest_bytes_are_one_space_indented_ascii():
+    assert manifest_bytes({"a": [1], "b": "é"}) == b'{\n "a": [\n  1\n ],\n "b": "\\u00e9"\n}\n'

@@ -1,0 +1,57 @@
+"""The CPU-independent reductions and exp of the oracle (rope_ref._fixed), at the helpers themselves.
+
+The summation order is the documented pairwise tree (element i + h added to element i, h = ceil(n/2)),
+checked on inputs where every other order gives another float; exp is checked against mpmath; the
+Irwin-Hall draw against twelve uniforms added by hand.
+"""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+
+from rope_ref._fixed import IRWIN_HALL_TERMS, exp_basic, fixed_dot, fixed_sum, irwin_hall
+
+
+def test_odd_length_sum_follows_the_tree_not_left_to_right():
+    # n = 3: h = 2 gives [a + c, b], then (a + c) + b = 1; left to right (a + b) + c = 0 (1e16 + 1 rounds).
+    assert fixed_sum(np.array([1e16, 1.0, -1e16])) == 1.0
+    # n = 5: h = 3 gives [x0 + x3, x1 + x4, x2]; then h = 2: [(x0 + x3) + x2, x1 + x4]; then their sum.
+    x = np.array([1e16, 3.0, 1.0, -1e16, -1.0])
+    assert fixed_sum(x) == ((1e16 + -1e16) + 1.0) + (3.0 + -1.0) == 3.0
+    assert fixed_dot(np.array([1e16, 1.0, -1e16]), np.ones(3)) == 1.0
+
+
+def test_sum_runs_over_the_given_axis_and_leaves_the_input_alone():
+    a = np.array([[1e16, 2.0, 5.0], [1.0, 3.0, 7.0], [-1e16, 4.0, 11.0]])
+    before = a.copy()
+    np.testing.assert_array_equal(fixed_sum(a, axis=0), [1.0, 9.0, 23.0])
+    np.testing.assert_array_equal(fixed_sum(a, axis=1), [1e16 + 5.0 + 2.0, 11.0, -1e16 + 11.0 + 4.0])
+    np.testing.assert_array_equal(a, before)
+    empty = fixed_sum(np.zeros((4, 0)), axis=-1)
+    assert empty.shape == (4,) and not empty.any()
+
+
+@pytest.mark.parametrize("x", [-745.0, -700.5, -30.25, -1.0, -1e-8, 0.0, 0.3465, 1.0, 10.0, 345.6, 709.7])
+def test_exp_basic_is_within_a_few_ulp_of_mpmath(x):
+    with mpmath.workdps(40):
+        want = float(mpmath.exp(mpmath.mpf(x)))
+    got = float(exp_basic(np.array([x]))[0])
+    assert abs(got - want) <= 4 * np.spacing(want)
+
+
+def test_exp_basic_ends_of_the_range():
+    out = exp_basic(np.array([-np.inf, -746.5, -1e5, np.nan, 710.0, np.inf]))
+    assert out[:3].tolist() == [0.0, 0.0, 0.0]
+    assert np.isnan(out[3]) and out[4] == np.inf and out[5] == np.inf
+
+
+def test_irwin_hall_is_twelve_uniforms_added_in_order():
+    assert IRWIN_HALL_TERMS == 12
+    got = irwin_hall(np.random.default_rng(5), (3, 4))
+    rng = np.random.default_rng(5)
+    total = np.zeros((3, 4))
+    for _ in range(12):
+        total += rng.random((3, 4))
+    np.testing.assert_array_equal(got, total - 6.0)
