@@ -54,6 +54,8 @@ KINDS = frozenset({
 })
 GOAL = 95.0
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly")
+#: The whole-suite stage leaves out the lists' own integrity tests, which any applied mutant fails.
+SUITE = ("--ignore=tests/mutation",)
 
 
 @dataclass
@@ -178,12 +180,12 @@ class Workspace:
         try:
             stages = [("subset", tests, False)] if tests else []
             if whole:
-                stages.append(("suite", [], True))
+                stages.append(("suite", list(SUITE), True))
             out.result = "survived"
             for stage, args, xdist in stages:
                 if stage == "suite":  # the whole suite's own baseline, once, on the unmutated copy
                     path.write_text(original, encoding="utf-8")
-                    suite_ok = baselines.passes(None, [], self)
+                    suite_ok = baselines.passes(None, list(SUITE), self)
                     path.write_text(mutated, encoding="utf-8")
                     if not suite_ok:
                         out.result, out.detail = "stale", "the unmutated quick suite fails"
@@ -272,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument("--jobs", type=int, default=1, help="scratch copies run side by side (default 1)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per pytest run (default 900)")
+    parser.add_argument("--skip-decided", type=Path, default=None,
+                        help="an earlier run's output: skip the mutants it reports as killed by their subset")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
@@ -287,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
         (entry, m) for entry in chosen for m in entry.mutants
         if (args.sample is None or m.sample.startswith(args.sample)) and (not args.id or m.id in args.id)
     ]
+    if args.skip_decided is not None:
+        decided = {
+            line.split()[2] for line in args.skip_decided.read_text(encoding="utf-8").splitlines()
+            if line.startswith("killed") and "(subset)" in line
+        }
+        work = [(entry, m) for entry, m in work if f"{m.module}::{m.id}" not in decided]
     if not work:
         parser.error("no mutant matches the selection")
     base = args.workdir or Path(tempfile.mkdtemp(prefix="rope-ref-semantic-"))

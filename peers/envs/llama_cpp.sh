@@ -21,7 +21,8 @@ python3 -m venv "$VENV"
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
 python -m pip install --quiet --upgrade pip
-python -m pip install --quiet "numpy" "typing-extensions" "diskcache" "jinja2" "scikit-build-core" "torch==2.13.0"
+python -m pip install --quiet "numpy" "typing-extensions" "diskcache" "jinja2" "scikit-build-core" "pyyaml" \
+    "torch==2.13.0" "transformers==5.23.0" "sentencepiece" "safetensors"   # gguf-py and the converter's imports
 python -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$VENV/sdist"
 CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
 -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _llama_cpp_host import get_mscale, last_token_logits, llama_cpp_module, write_tiny_model  # noqa: E402
+from _llama_cpp_host import Logs, get_mscale, last_token_logits, llama_cpp_module, write_tiny_model  # noqa: E402
 
-llama_cpp_module()
+logs = Logs(llama_cpp_module())  # libllama's log lines are kept, not printed
 yarn = {"scaling_type": "yarn", "factor": 4.0, "orig_ctx": 512}
 with tempfile.TemporaryDirectory() as tmp:
     keyed = write_tiny_model(Path(tmp) / "keyed.gguf", "llama", {**yarn, "yarn_attn_factor": 0.5})

@@ -163,3 +163,16 @@ def test_a_symlinked_tensor_file_escaping_the_set_is_refused(root, tmp_path):
     with pytest.raises(GoldenError, match="escapes the golden directory"):
         plan_golden(root)
     assert Path(os.readlink(path)) == outside
+
+
+def test_read_bounded_refuses_a_file_longer_than_its_stat_size():
+    """A file that holds more than ``lstat`` said (one that grew, or a procfs file reporting size 0) is
+    refused, not silently cut to the stated size."""
+    from rope_ref.conformance.golden import GoldenError
+    from rope_ref.conformance.golden_reading import read_bounded
+
+    path = Path("/proc/self/status")
+    if not path.exists() or os.stat(path).st_size != 0:
+        pytest.skip("needs a procfs file whose stat size (0) understates its contents")
+    with pytest.raises(GoldenError, match="changed size while being read"):
+        read_bounded(path, 0)
