@@ -72,6 +72,9 @@ REFUSED = [
     ("bfloat16 tensor", _set("cases/0/expected/sin/dtype", "bfloat16"), "/cases/0/expected/sin/dtype"),
     ("undescribed bug class", _set("cases/1/bug_class", "decay"), "/cases/1/bug_class"),
     ("unknown io dtype", _set("cases/0/io_dtype", "float8"), "/cases/0/io_dtype"),
+    ("file with a slash", _set("cases/0/file", "sub/a.safetensors"), "escapes the golden directory"),
+    ("file with a backslash", _set("cases/0/file", "sub\\a.safetensors"), "escapes the golden directory"),
+    ("file starting with ..", _set("cases/0/file", "..a.safetensors"), "escapes the golden directory"),
 ]
 
 

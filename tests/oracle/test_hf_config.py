@@ -793,3 +793,11 @@ def test_paired_keys_with_different_values_each_win_where_documented():
     got = RopeConfig.from_hf(dict(SMALL, max_position_embeddings=8192, original_max_position_embeddings=1024,
                                   rope_scaling=yarn)).scaling
     assert (got.original_max_position, got.factor) == (1024, 8.0)
+
+
+def test_partial_rotary_factor_wins_over_rotary_pct():
+    """transformers reads ``partial_rotary_factor`` (setdefault from the top level) before GPT-NeoX's
+    ``rotary_pct``: with both present, 64 * 0.5 = 32 channels rotate, not 64 * 0.25 = 16."""
+    config = {"model_type": "gpt_neox", "hidden_size": 512, "num_attention_heads": 8, "rope_theta": 10000.0,
+              "partial_rotary_factor": 0.5, "rotary_pct": 0.25}
+    assert rope_ref.RopeConfig.from_hf(config).rotary_dim == 32

@@ -91,8 +91,9 @@ def test_prefix_tables_are_the_exact_tables_of_their_positions():
         np.concatenate([[-0.0], np.arange(1.0, 1000.0)]),  # -0.0: its sine keeps the sign
         np.arange(1000.0)[::-1].copy(),  # descending
         np.concatenate([np.arange(500.0), np.arange(501.0, 1001.0)]),  # a gap
+        np.arange(1000.0)[[0, 500, *range(1, 500), *range(501, 1000)]],  # right ends, moved middle
     ],
-    ids=["negative", "half-steps", "fractional-start", "minus-zero", "descending", "gap"],
+    ids=["negative", "half-steps", "fractional-start", "minus-zero", "descending", "gap", "same-ends"],
 )
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_other_positions_never_take_the_prefix_path(positions, layout):

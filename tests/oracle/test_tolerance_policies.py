@@ -255,3 +255,20 @@ def test_one_stream_multiaxis_under_yarn_is_judged_like_apply():
     assert not a.exact.any() and not b.exact.any()
     np.testing.assert_allclose(b.tol, a.tol, rtol=1e-12)
     np.testing.assert_allclose(a.tol, rotation_tol(x, m, rope_ref.inv_freq(rc, 501), A_YARN, p), rtol=1e-12)
+
+
+def test_an_inverse_kernel_case_is_bounded_at_its_forward_length():
+    """An inverse call under dynamic NTK uses the table of the forward positions (seq_len = max + 1 of the
+    forward ids), so its bound is the forward case's: |angle| is the same and so is every frequency."""
+    x = _x((2, 5, 3, 16), 5)
+    cfg = {"head_dim": D, "layout": "half",
+           "scaling": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 64}}
+    p = PrecisionPolicy("float32", "float32", "float32")
+    forward = _case("apply_axes", cfg, {"x": x, "positions": IDS_BS}, {"out": x}, "rotation", BSHD_IDS)
+    inverse = _case("apply_axes", cfg, {"x": x, "positions": IDS_BS}, {"out": x}, "rotation",
+                    {**BSHD_IDS, "inverse": True})
+    omega = rope_ref.inv_freq(rope_ref.RopeConfig(D, layout="half", scaling=rope_ref.DynamicNTK(4.0, 64)),
+                              int(IDS_BS.max()) + 1)
+    want = rotation_tol(x, _m(3), omega, 1.0, p)
+    np.testing.assert_allclose(element_tolerance(forward, "out", p).tol, want, rtol=1e-12)
+    np.testing.assert_allclose(element_tolerance(inverse, "out", p).tol, want, rtol=1e-12)
