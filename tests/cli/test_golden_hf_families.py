@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from hf_configs import QWEN3_VL_8B
 from rope_ref.conformance.golden import load_golden
 from rope_ref.conformance.oracle_backend import OracleBackend
 from rope_ref.conformance.runner import Runner
@@ -35,21 +36,7 @@ CONFIGS = {
         "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
         "vision_config": {"spatial_merge_size": 2},
     },
-    "qwen3-vl-8b": {
-        "model_type": "qwen3_vl",
-        "text_config": {
-            "model_type": "qwen3_vl_text",
-            "head_dim": 128,
-            "hidden_size": 4096,
-            "num_attention_heads": 32,
-            "rope_theta": 5000000,
-            "rope_scaling": {
-                "mrope_interleaved": True,
-                "mrope_section": [24, 20, 20],
-                "rope_type": "default",
-            },
-        },
-    },
+    "qwen3-vl-8b": QWEN3_VL_8B,
     "glm-4.1v-9b": {
         "model_type": "glm4v",
         "text_config": {

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+from hf_configs import QWEN3_VL_8B
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mrope_reference import hf_channel_streams
@@ -372,22 +373,7 @@ def test_from_hf_configs_match_the_presets():
     p = mrope.preset("qwen2-vl-7b")
     assert (m.rope.streams, m.rope.tables, m.rule) == (p.rope.streams, p.rope.tables, p.rule)
     assert dict(m.token_ids) == {"image_token_id": IMG, "video_token_id": VID, "vision_start_token_id": VS}
-    qwen3 = {
-        "model_type": "qwen3_vl",
-        "text_config": {
-            "model_type": "qwen3_vl_text",
-            "head_dim": 128,
-            "hidden_size": 4096,
-            "num_attention_heads": 32,
-            "rope_theta": 5000000,
-            "rope_scaling": {
-                "mrope_interleaved": True,
-                "mrope_section": [24, 20, 20],
-                "rope_type": "default",
-            },
-        },
-    }
-    m, p = mrope.from_hf(qwen3), mrope.preset("qwen3-vl-8b")
+    m, p = mrope.from_hf(QWEN3_VL_8B), mrope.preset("qwen3-vl-8b")
     assert (m.rope.streams, m.rope.tables, m.rule) == (p.rope.streams, p.rope.tables, p.rule)
     glm = {
         "model_type": "glm4v",
