@@ -402,6 +402,7 @@ class _Child:
             self.proc.stdin.close()
         self.proc.kill()
         self.proc.wait()
+        self.proc.stdout.close()
 
 
 def _problem(reply: dict | None) -> str | None:
