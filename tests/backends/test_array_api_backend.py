@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 from rope_ref.conformance.registry import BackendUnavailable, get_backend
+from shipped_golden import shipped_cases
 
 import rope_ref
 
@@ -204,15 +205,16 @@ def test_unavailable_namespaces_and_dtypes_say_why():
 
 # -- the conformance suite ------------------------------------------------------------------------------
 
+SLOW = pytest.mark.slow  # the same suite again in another precision: `pytest --full`
 SUITE_RUNS = [
     ("array_api_strict", "fp64"),
-    ("array_api_strict", "fp32"),
+    pytest.param("array_api_strict", "fp32", marks=SLOW),
     ("numpy", "fp64"),
     ("numpy", "fp32"),
     ("numpy", "fp16"),
-    ("torch", "fp64"),
+    pytest.param("torch", "fp64", marks=SLOW),
     ("torch", "fp32"),
-    ("torch", "fp16"),
+    pytest.param("torch", "fp16", marks=SLOW),
     ("torch", "bf16"),
     pytest.param("jax.numpy", "fp32", marks=NO_JAX),
 ]
@@ -221,8 +223,7 @@ SUITE_RUNS = [
 @pytest.fixture(scope="module")
 def suite_cases():
     """The shipped golden set (``rope-ref conformance run`` without ``--golden``)."""
-    from rope_ref.conformance import golden
-    return golden.load_golden()
+    return shipped_cases()
 
 
 @pytest.mark.parametrize("ns, precision", SUITE_RUNS)

@@ -681,10 +681,10 @@ def test_backend_methods_permute_and_inplace_ops(host, dtype) -> None:
 
 
 def _shipped_kernel_cases(dtype: str) -> list:
-    from rope_ref.conformance.golden import load_golden
+    from shipped_golden import shipped_cases
 
     ops = ("apply_axes", "apply_qk", "apply_qkv", "round_trip")
-    return [c for c in load_golden() if c.op in ops and c.io_dtype == dtype]
+    return [c for c in shipped_cases() if c.op in ops and c.io_dtype == dtype]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

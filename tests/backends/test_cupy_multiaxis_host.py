@@ -280,13 +280,13 @@ def test_shipped_multiaxis_cases_pass_the_conformance_model(host, dtype) -> None
     """Every shipped ``multiaxis_apply`` case of this I/O dtype, through the kernel on the host, judged
     by the suite's own tolerance model (:func:`rope_ref.conformance.tolerance.check_case`) under the
     adapter's policy (float32 angles and compute)."""
-    from rope_ref.conformance.golden import load_golden
     from rope_ref.conformance.multimodal import spec_from_dict
     from rope_ref.conformance.protocol import PrecisionPolicy
     from rope_ref.conformance.tolerance import check_case
+    from shipped_golden import shipped_cases
 
     cb = host.cb
-    chosen = [c for c in load_golden() if c.op == "multiaxis_apply" and c.io_dtype == dtype]
+    chosen = [c for c in shipped_cases() if c.op == "multiaxis_apply" and c.io_dtype == dtype]
     assert len(chosen) >= 5
     policy = PrecisionPolicy(dtype, "float32", "float32")
     for case in chosen:

@@ -12,14 +12,19 @@ NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
 
 
 def _run(precision: str, device: str = "cpu"):
-    from rope_ref.conformance.golden import load_golden
     from rope_ref.conformance.runner import Runner
+    from shipped_golden import shipped_cases
 
     backend = rt.make_backend(precision=precision, device=device)
-    return Runner(backend, precision=precision).run(load_golden(None))
+    return Runner(backend, precision=precision).run(shipped_cases())
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16", "fp64"])
+SLOW = pytest.mark.slow  # the same suite again in another precision: `pytest --full`
+
+
+@pytest.mark.parametrize(
+    "precision", ["fp32", pytest.param("fp16", marks=SLOW), "bf16", pytest.param("fp64", marks=SLOW)]
+)
 def test_suite_passes(precision):
     report = _run(precision)
     counts = report.counts()

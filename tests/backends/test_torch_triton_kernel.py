@@ -45,11 +45,11 @@ def launches(monkeypatch):
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16", "fp64"])
 def test_suite_passes_with_the_triton_kernel(precision, launches):
-    from rope_ref.conformance.golden import load_golden
     from rope_ref.conformance.runner import Runner
+    from shipped_golden import shipped_cases
 
     backend = rt.make_backend(precision=precision, device=DEVICE, kernel="triton")
-    report = Runner(backend, precision=precision).run(load_golden(None))
+    report = Runner(backend, precision=precision).run(shipped_cases())
     counts = report.counts()
     assert counts["passed"] > 50
     assert counts["unsupported"] == 0

@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rope_ref.conformance.golden import load_golden
 from rope_ref.conformance.golden_reading import shipped_dir
+from shipped_golden import shipped_cases
 
 from rope_ref.cli import main
 
@@ -24,7 +24,7 @@ def _chosen():
     """fp32 ``apply`` cases the C port handles: half layout, no scaling, 1-D positions on the S axis."""
     cases = [
         c
-        for c in load_golden()
+        for c in shipped_cases()
         if c.op == "apply"
         and c.io_dtype == "float32"
         and c.config.get("layout") == "half"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from rope_ref.conformance.golden import load_golden
+from shipped_golden import shipped_cases
 
 
 @pytest.fixture(scope="module")
 def cases():
-    """Every case of the shipped golden set (a fresh load per module: a test may not change another's)."""
-    return load_golden()
+    """Every case of the shipped golden set (a private copy per module: a test may not change another's)."""
+    return shipped_cases()
 
 
 @pytest.fixture(scope="module")

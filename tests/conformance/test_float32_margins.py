@@ -13,8 +13,8 @@ import math
 import broken_backends as bb
 import numpy as np
 import pytest
-from rope_ref.conformance.golden import load_golden
 from rope_ref.conformance.runner import Runner
+from shipped_golden import shipped_cases
 
 F32 = np.float32
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -106,7 +106,7 @@ class Float32Tables(bb.Float32Backend):
 
 @pytest.fixture(scope="module")
 def cases():
-    return load_golden()
+    return shipped_cases()
 
 
 def worst_ratios(report) -> dict[str, float]:

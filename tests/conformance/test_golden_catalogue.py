@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 from rope_ref.conformance import catalogue, golden
 from rope_ref.conformance.case import OPS
+from shipped_golden import catalogue_cases, shipped_cases
 
 
 @pytest.fixture(scope="module")
 def shipped():
-    return {c.id: c for c in golden.load_golden()}
+    return {c.id: c for c in shipped_cases()}
 
 
 @pytest.mark.slow
@@ -442,7 +443,7 @@ def test_decay_published_values(shipped):
 
 
 def test_verify_catches_a_wrong_expected_value(tmp_path):
-    cases = [c for c in catalogue.build_catalogue() if c.id.startswith("apply-precision_256_d128")]
+    cases = [c for c in catalogue_cases() if c.id.startswith("apply-precision_256_d128")]
     cases[0].expected["out"][1, 0, 3] += 1e-6
     root = golden.write_golden(cases, tmp_path / "g", generator="test", source="custom")
     report = golden.verify_golden(root)
@@ -452,7 +453,7 @@ def test_verify_catches_a_wrong_expected_value(tmp_path):
 
 @pytest.mark.slow
 def test_verify_reports_stale_catalogue_sets(tmp_path):
-    cases = [c for c in catalogue.build_catalogue() if c.id.startswith("apply-tiny_d2")]
+    cases = [c for c in catalogue_cases() if c.id.startswith("apply-tiny_d2")]
     root = golden.write_golden(cases, tmp_path / "g", generator="test", source="catalogue")
     report = golden.verify_golden(root)
     assert not report.ok and any("stale" in p for p in report.problems)

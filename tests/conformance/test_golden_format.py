@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from rope_ref.conformance import catalogue, golden
+from rope_ref.conformance import golden
 from rope_ref.conformance.golden import GoldenError, load_golden, validate_manifest, write_golden
 from rope_ref.conformance.safetensors_io import (
     SafetensorsError,
@@ -22,6 +22,7 @@ from rope_ref.conformance.safetensors_io import (
     write_npz,
     write_safetensors,
 )
+from shipped_golden import catalogue_cases
 
 SCHEMA = json.loads(
     (Path(__file__).resolve().parents[2] / "docs" / "golden-manifest.schema.json").read_text()
@@ -212,7 +213,7 @@ def test_requires_must_name_an_earlier_case():
 
 
 def test_requires_and_aux_round_trip(tmp_path):
-    cases = [c for c in catalogue.build_catalogue() if "dynamic_" in c.id and c.id.endswith("-fp32")]
+    cases = [c for c in catalogue_cases() if "dynamic_" in c.id and c.id.endswith("-fp32")]
     assert any(c.requires for c in cases) and all(c.aux for c in cases)
     for fmt in ("safetensors", "npz"):
         loaded = load_golden(write_golden(cases, tmp_path / fmt, generator="t", source="custom", fmt=fmt))
@@ -242,7 +243,7 @@ def test_schema_and_validator_reject_the_same_violations(label, mutate):
 @pytest.fixture()
 def small_dir(tmp_path):
     cases = [
-        c for c in catalogue.build_catalogue() if c.id.startswith(("apply-tiny_d4", "inv_freq-default_d64"))
+        c for c in catalogue_cases() if c.id.startswith(("apply-tiny_d4", "inv_freq-default_d64"))
     ]
     return write_golden(cases, tmp_path / "g", generator="test", source="custom")
 
@@ -353,7 +354,7 @@ def test_nothing_is_returned_before_all_checks(small_dir):
 
 
 def test_npz_golden_dir_roundtrip(tmp_path):
-    cases = [c for c in catalogue.build_catalogue() if c.id.startswith("apply-tiny_d2")]
+    cases = [c for c in catalogue_cases() if c.id.startswith("apply-tiny_d2")]
     root = write_golden(cases, tmp_path / "n", generator="test", source="custom", fmt="npz")
     loaded = load_golden(root)
     for a, b in zip(cases, loaded, strict=True):

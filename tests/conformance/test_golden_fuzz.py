@@ -19,79 +19,23 @@ import io
 import json
 import os
 import random
-import resource
-import select
 import shutil
 import struct
-import subprocess
-import sys
-import textwrap
 import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _hostile_sets import MEMORY_CAP, make_set
-from rope_ref.conformance import catalogue, golden
+from _hostile_sets import CappedCli, Outcome, make_set
+from rope_ref.conformance import golden
+from shipped_golden import catalogue_cases
 
 STRESS = os.environ.get("ROPE_REF_HYPOTHESIS_PROFILE") == "stress"
 N_INPUTS = int(os.environ.get("ROPE_REF_FUZZ", 10_000 if STRESS else 200))
 TIME_LIMIT = 10.0
 SEED = int(os.environ.get("ROPE_REF_FUZZ_SEED", 28))
 DOCUMENTED = (0, 1, 2, 3)
-
-_DRIVER = textwrap.dedent(
-    """
-    import contextlib, io, json, os, sys, time
-    from rope_ref.cli import main
-
-    warm = sys.argv[1:]
-    for d in warm:  # import everything a run may need before the audit hook starts watching
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            main(["golden", "verify", d])
-            main(["conformance", "run", "--backend", "numpy", "-q", "--golden", d])
-    current = [None]
-    outside = []
-    MODULE = (".py", ".pyc", ".so", ".pth")
-
-    def hook(event, args):
-        if event != "open" or current[0] is None:
-            return
-        path = args[0]
-        if isinstance(path, int):
-            return
-        path = os.fsdecode(path)
-        full = os.path.realpath(os.path.abspath(path))
-        if full.startswith(current[0] + os.sep) or full == current[0] or path.endswith(MODULE):
-            return
-        if "__pycache__" in path:
-            return
-        outside.append(path)
-
-    sys.addaudithook(hook)
-    print("ready", flush=True)
-    for line in sys.stdin:
-        job = json.loads(line)
-        current[0] = os.path.realpath(job["dir"])
-        outside.clear()
-        out, err = io.StringIO(), io.StringIO()
-        start = time.monotonic()
-        crash = None
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(job["argv"])
-            except SystemExit as exc:
-                code = exc.code
-            except BaseException as exc:
-                code, crash = None, f"{type(exc).__name__}: {exc}"[:500]
-        current[0] = None
-        reply = {"code": code, "err": err.getvalue()[-4000:], "crash": crash, "outside": outside[:5],
-                 "secs": time.monotonic() - start}
-        print(json.dumps(reply), flush=True)
-    """
-)
-
 
 # -- the sets -------------------------------------------------------------------------------------------
 
@@ -101,7 +45,7 @@ def bases(tmp_path_factory):
     base = tmp_path_factory.mktemp("fuzz-bases")
     sets = []
     one_per_op = {}
-    for case in catalogue.build_catalogue():
+    for case in catalogue_cases():
         one_per_op.setdefault(case.op, case)
     for fmt in ("safetensors", "npz"):
         sets.append(make_set(base / f"preset-{fmt}", fmt))
@@ -367,72 +311,32 @@ def _mutate(root: Path, rng: random.Random, outside: Path) -> list[str]:
 # -- the run ----------------------------------------------------------------------------------------------
 
 
-def _cap() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-
-
-class _Child:
-    def __init__(self, script: Path, warm: list[Path]):
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(script), *map(str, warm)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            preexec_fn=_cap,
-            env=env,
-        )
-        assert self._line(120) == "ready"
-
-    def _line(self, timeout: float) -> str | None:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        return self.proc.stdout.readline().strip()
-
-    def run(self, directory: Path, argv: list[str]) -> dict | None:
-        self.proc.stdin.write(json.dumps({"dir": str(directory), "argv": argv}) + "\n")
-        self.proc.stdin.flush()
-        line = self._line(TIME_LIMIT)
-        return json.loads(line) if line else None
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.proc.stdin.close()
-        self.proc.kill()
-        self.proc.wait()
-        self.proc.stdout.close()
-
-
-def _problem(reply: dict | None) -> str | None:
-    if reply is None:
-        return f"no answer within {TIME_LIMIT} s (or the child died)"
-    if reply["crash"]:
-        return f"uncaught exception {reply['crash']}"
-    if reply["code"] not in DOCUMENTED:
-        return f"exit status {reply['code']!r} is not documented"
-    if "Traceback" in reply["err"]:
+def _problem(reply: Outcome) -> str | None:
+    if reply.crash:
+        return f"uncaught exception {reply.crash}"
+    if reply.returncode is None:
+        return reply.stderr
+    if reply.returncode not in DOCUMENTED:
+        return f"exit status {reply.returncode!r} is not documented"
+    if "Traceback" in reply.stderr:
         return "a traceback"
-    if reply["code"] in (2, 3):
-        lines = [ln for ln in reply["err"].splitlines() if ln.strip()]
+    if reply.returncode in (2, 3):
+        lines = [ln for ln in reply.stderr.splitlines() if ln.strip()]
         if len(lines) != 1 or not lines[0].startswith("rope-ref"):
-            return f"not one error line: {reply['err'][:500]!r}"
-    if reply["outside"]:
-        return f"opened files outside the set: {reply['outside']}"
-    if reply["secs"] > TIME_LIMIT:
-        return f"took {reply['secs']:.1f} s"
+            return f"not one error line: {reply.stderr[:500]!r}"
+    if reply.outside:
+        return f"opened files outside the set: {reply.outside}"
+    if reply.secs > TIME_LIMIT:
+        return f"took {reply.secs:.1f} s"
     return None
 
 
 @pytest.mark.slow
 def test_mutated_sets_give_documented_outcomes_only(tmp_path, bases):
-    script = tmp_path / "driver.py"
-    script.write_text(_DRIVER)
     outside = tmp_path / "outside.json"
     outside.write_text('{"secret": 1}')
     rng = random.Random(SEED)
-    child = _Child(script, bases)
+    child = CappedCli(tmp_path, bases)
     seen: dict[int, int] = {}
     try:
         for i in range(N_INPUTS):
@@ -445,13 +349,13 @@ def test_mutated_sets_give_documented_outcomes_only(tmp_path, bases):
             argv = ["golden", "verify", str(work)]
             if rng.random() < 0.2:
                 argv = ["conformance", "run", "--backend", "numpy", "-q", "--golden", str(work)]
-            reply = child.run(work, argv)
+            reply = child.run(*argv, directory=work, timeout=TIME_LIMIT)
             problem = _problem(reply)
             if problem is not None:
                 kept = tmp_path / "failing-input"
                 shutil.copytree(work, kept, symlinks=True)
                 pytest.fail(f"input {i} ({base.name}, {done}, {argv[:2]}): {problem}; the set is in {kept}")
-            seen[reply["code"]] = seen.get(reply["code"], 0) + 1
+            seen[reply.returncode] = seen.get(reply.returncode, 0) + 1
             if child.proc.poll() is not None:
                 pytest.fail(f"input {i}: the child exited")
     finally:

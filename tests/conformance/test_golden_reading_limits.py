@@ -23,6 +23,7 @@ from _hostile_sets import (
     CORRUPT,
     PASSED,
     REFUSED,
+    CappedCli,
     case_index,
     copy_set,
     make_set,
@@ -33,6 +34,7 @@ from _hostile_sets import (
     write_manifest,
 )
 from rope_ref.conformance.safetensors_io import safetensors_bytes
+from shipped_golden import catalogue_cases
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +43,22 @@ def sets(tmp_path_factory):
     return {fmt: make_set(base / fmt, fmt) for fmt in ("safetensors", "npz")}
 
 
-def _verify(root: Path, *extra: str):
-    proc = run_capped("golden", "verify", str(root), *extra)
-    return proc.returncode, proc.stderr
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory):
+    """The CLI in one child under the memory cap, for every run of this module."""
+    child = CappedCli(tmp_path_factory.mktemp("cli"))
+    yield child
+    child.close()
 
 
-def _run(root: Path, *extra: str):
-    proc = run_capped("conformance", "run", "--backend", "numpy", "-q", "--golden", str(root), *extra)
-    return proc.returncode, proc.stderr
+def _verify(cli: CappedCli, root: Path, *extra: str):
+    out = cli.run("golden", "verify", str(root), *extra)
+    return out.returncode, out.stderr
+
+
+def _run(cli: CappedCli, root: Path, *extra: str):
+    out = cli.run("conformance", "run", "--backend", "numpy", "-q", "--golden", str(root), *extra)
+    return out.returncode, out.stderr
 
 
 # -- 1. memory from a tiny file --------------------------------------------------------------------------
@@ -74,24 +84,24 @@ def _wide_cos_sin(root: Path) -> str:
     return case["id"]
 
 
-def test_reevaluation_size_is_refused_before_allocating(sets, tmp_path):
+def test_reevaluation_size_is_refused_before_allocating(cli, sets, tmp_path):
     root = copy_set(sets["safetensors"], tmp_path / "g")
     case_id = _wide_cos_sin(root)
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     line = one_line(err)
     assert code == REFUSED, err
     # 10^5 positions x 65536 channels: far over the default limit, named with its value
     assert "case_elements" in line and "manifest.json" in line and case_id in line
     value = int(re.search(r"allocated by re-evaluation \(most for [^)]*\) = (\d+) is over", line).group(1))
     assert value >= 100_000 * 32768
-    code, err = _run(root)
+    code, err = _run(cli, root)
     assert code == REFUSED and "case_elements" in one_line(err)
 
 
-def test_raised_limit_still_fails_cleanly_under_a_memory_cap(sets, tmp_path):
+def test_raised_limit_still_fails_cleanly_under_a_memory_cap(cli, sets, tmp_path):
     root = copy_set(sets["safetensors"], tmp_path / "g")
     _wide_cos_sin(root)
-    code, err = _verify(root, "--limit", "case_elements=1T")
+    code, err = _verify(cli, root, "--limit", "case_elements=1T")
     assert code in (1, CORRUPT), err  # a wrong result or out of memory, never a traceback
     if code == CORRUPT:
         assert "memory" in one_line(err)
@@ -122,7 +132,7 @@ def _rezip(path: Path, edit) -> bytes:
     return out.getvalue()
 
 
-def test_npz_header_claiming_2_to_the_40_elements(sets, tmp_path):
+def test_npz_header_claiming_2_to_the_40_elements(cli, sets, tmp_path):
     root = copy_set(sets["npz"], tmp_path / "g")
     m = read_manifest(root)
     i = case_index(m, "cos_sin")
@@ -133,19 +143,19 @@ def test_npz_header_claiming_2_to_the_40_elements(sets, tmp_path):
         return _npz_member_header((2**40,)) + data[_npy_data_offset(data) :]
 
     resign(root, i, _rezip(root / m["cases"][i]["file"], huge), m)
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     line = one_line(err)
     assert code == CORRUPT, err
     assert m["cases"][i]["file"] in line and "expected.cos" in line
 
 
-def test_manifest_claiming_2_to_the_40_elements_is_over_the_tensor_limit(sets, tmp_path):
+def test_manifest_claiming_2_to_the_40_elements_is_over_the_tensor_limit(cli, sets, tmp_path):
     root = copy_set(sets["npz"], tmp_path / "g")
     m = read_manifest(root)
     i = case_index(m, "cos_sin")
     m["cases"][i]["expected"]["cos"]["shape"] = [2**40]
     write_manifest(root, m)
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     line = one_line(err)
     assert code == REFUSED and "tensor_bytes" in line and str(2**43) in line
 
@@ -153,7 +163,7 @@ def test_manifest_claiming_2_to_the_40_elements_is_over_the_tensor_limit(sets, t
 # -- 3. an npz zip bomb -------------------------------------------------------------------------------------
 
 
-def test_npz_zip_bomb_is_refused_without_inflating(sets, tmp_path):
+def test_npz_zip_bomb_is_refused_without_inflating(cli, sets, tmp_path):
     root = copy_set(sets["npz"], tmp_path / "g")
     m = read_manifest(root)
     i = case_index(m, "cos_sin")
@@ -175,7 +185,7 @@ def test_npz_zip_bomb_is_refused_without_inflating(sets, tmp_path):
     assert len(data) < 2**21
     resign(root, i, data, m)
     start = time.monotonic()
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     line = one_line(err)
     assert code == REFUSED, err
     assert "npz_ratio" in line and "expected.cos.npy" in line and src.name in line
@@ -185,28 +195,28 @@ def test_npz_zip_bomb_is_refused_without_inflating(sets, tmp_path):
 # -- 4. a sparse tensor file, 5. a sparse manifest ---------------------------------------------------------
 
 
-def test_sparse_tensor_file_is_refused_from_its_size(sets, tmp_path):
+def test_sparse_tensor_file_is_refused_from_its_size(cli, sets, tmp_path):
     root = copy_set(sets["safetensors"], tmp_path / "g")
     m = read_manifest(root)
     victim = root / m["cases"][0]["file"]
     os.truncate(victim, 10 * 10**9)  # 10 GB, sparse: nothing is written
     start = time.monotonic()
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     line = one_line(err)
     assert code == CORRUPT and victim.name in line and "file size 10000000000" in line
     assert time.monotonic() - start < 20
-    code, err = _run(root)
+    code, err = _run(cli, root)
     assert code == CORRUPT and victim.name in one_line(err)
 
 
-def test_sparse_manifest_is_refused_from_its_size(sets, tmp_path):
+def test_sparse_manifest_is_refused_from_its_size(cli, sets, tmp_path):
     root = copy_set(sets["safetensors"], tmp_path / "g")
     os.truncate(root / "manifest.json", 1_500_000_000)
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     line = one_line(err)
     assert code == REFUSED
     assert "manifest.json" in line and "manifest_bytes" in line and "1500000000" in line
-    code, err = _run(root)
+    code, err = _run(cli, root)
     assert code == REFUSED and "manifest_bytes" in one_line(err)
 
 
@@ -214,7 +224,7 @@ def test_sparse_manifest_is_refused_from_its_size(sets, tmp_path):
 
 
 @pytest.mark.slow
-def test_one_file_listed_by_many_cases_is_read_once(tmp_path):
+def test_one_file_listed_by_many_cases_is_read_once(cli, tmp_path):
     argv = ("--ops", "cos_sin", "--positions", "0:16384")
     root = make_set(tmp_path / "g", "safetensors", "llama-3.1-8b", *argv)
     m = read_manifest(root)
@@ -223,10 +233,10 @@ def test_one_file_listed_by_many_cases_is_read_once(tmp_path):
     m["cases"] = [dict(first, id=f"{first['id']}-{k}") for k in range(32)]  # 32 x 16 MiB if held apiece
     write_manifest(root, m)
     start = time.monotonic()
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     assert code == PASSED, err
     assert time.monotonic() - start < 120  # generous: the point is the 1 GiB cap
-    code, err = _run(root)
+    code, err = _run(cli, root)
     assert code == PASSED, err
 
 
@@ -265,17 +275,17 @@ def test_symlinked_manifest_is_refused(sets, tmp_path, target):
 # -- 8. duplicate keys, an empty set ---------------------------------------------------------------------
 
 
-def test_duplicate_manifest_keys_are_refused(sets, tmp_path):
+def test_duplicate_manifest_keys_are_refused(cli, sets, tmp_path):
     root = copy_set(sets["safetensors"], tmp_path / "g")
     text = (root / "manifest.json").read_text().rstrip()
     assert text.endswith("}")
     (root / "manifest.json").write_text(text[:-1] + ',"cases":[]}')
-    for code, err in (_verify(root), _run(root)):
+    for code, err in (_verify(cli, root), _run(cli, root)):
         line = one_line(err)
         assert code == CORRUPT and "duplicate key 'cases'" in line and "manifest.json" in line
 
 
-def test_duplicate_safetensors_header_keys_are_refused(sets, tmp_path):
+def test_duplicate_safetensors_header_keys_are_refused(cli, sets, tmp_path):
     root = copy_set(sets["safetensors"], tmp_path / "g")
     m = read_manifest(root)
     path = root / m["cases"][0]["file"]
@@ -289,25 +299,25 @@ def test_duplicate_safetensors_header_keys_are_refused(sets, tmp_path):
     header = header[:-1] + extra + b"}"
     header += b" " * (-len(header) % 8)
     resign(root, 0, struct.pack("<Q", len(header)) + header + blob[8 + n :], m)
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     line = one_line(err)
     assert code == CORRUPT and "duplicate key" in line and path.name in line
 
 
-def test_zero_case_manifest_is_not_ok(sets, tmp_path):
+def test_zero_case_manifest_is_not_ok(cli, sets, tmp_path):
     root = copy_set(sets["safetensors"], tmp_path / "g")
     m = read_manifest(root)
     m["cases"] = []
     m["bug_classes"] = {}
     write_manifest(root, m)
-    for code, err in (_verify(root), _run(root)):
+    for code, err in (_verify(cli, root), _run(cli, root)):
         assert code == CORRUPT and "no cases" in one_line(err)
 
 
 # -- 9. shape overflow ---------------------------------------------------------------------------------------
 
 
-def test_shape_overflow_in_a_header_names_the_file(sets, tmp_path):
+def test_shape_overflow_in_a_header_names_the_file(cli, sets, tmp_path):
     root = copy_set(sets["safetensors"], tmp_path / "g")
     m = read_manifest(root)
     i = case_index(m, "cos_sin")
@@ -316,18 +326,18 @@ def test_shape_overflow_in_a_header_names_the_file(sets, tmp_path):
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     resign(root, i, struct.pack("<Q", len(text)) + text, m)
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     line = one_line(err)
     assert code == CORRUPT and path.name in line and "shape" in line
 
 
-def test_shape_overflow_in_the_manifest_names_it(sets, tmp_path):
+def test_shape_overflow_in_the_manifest_names_it(cli, sets, tmp_path):
     root = copy_set(sets["safetensors"], tmp_path / "g")
     m = read_manifest(root)
     i = case_index(m, "cos_sin")
     m["cases"][i]["inputs"]["positions"]["shape"] = [0, 2**64]
     write_manifest(root, m)
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     line = one_line(err)
     assert code == CORRUPT and "manifest.json" in line and "positions" in line and str(2**64) in line
 
@@ -335,12 +345,12 @@ def test_shape_overflow_in_the_manifest_names_it(sets, tmp_path):
 # -- limits are the user's to raise ------------------------------------------------------------------------
 
 
-def test_a_limit_can_be_raised_and_a_bad_one_is_a_usage_error(sets, tmp_path):
+def test_a_limit_can_be_raised_and_a_bad_one_is_a_usage_error(cli, sets, tmp_path):
     root = sets["safetensors"]
-    code, err = _verify(root, "--limit", "manifest_bytes=100")
+    code, err = _verify(cli, root, "--limit", "manifest_bytes=100")
     assert code == REFUSED and "manifest_bytes = 100 bytes" in one_line(err)
-    assert _verify(root, "--limit", "manifest_bytes=1G")[0] == PASSED
-    code, err = _verify(root, "--limit", "nonsense=1")
+    assert _verify(cli, root, "--limit", "manifest_bytes=1G")[0] == PASSED
+    code, err = _verify(cli, root, "--limit", "nonsense=1")
     assert code == REFUSED and "--limit" in one_line(err)
 
 
@@ -350,7 +360,7 @@ def test_a_limit_can_be_raised_and_a_bad_one_is_a_usage_error(sets, tmp_path):
 @pytest.fixture(scope="module")
 def value_sets(tmp_path_factory):
     """One set per case whose stored values (or params) size what re-evaluating it allocates."""
-    from rope_ref.conformance import catalogue, golden
+    from rope_ref.conformance import golden
 
     base = tmp_path_factory.mktemp("values")
     wanted = {
@@ -360,7 +370,7 @@ def value_sets(tmp_path_factory):
         "varlen": lambda c: c.op == "apply_qk" and "cu_seqlens" in c.inputs and c.io_dtype == "float64",
     }
     found = {}
-    for case in catalogue.build_catalogue():
+    for case in catalogue_cases():
         for key, match in wanted.items():
             if key not in found and match(case):
                 found[key] = case
@@ -400,23 +410,23 @@ def _restore(root: Path, name: str, value: np.ndarray) -> str:
     ],
 )
 def test_stored_values_over_the_case_limit_are_refused_naming_the_field(
-    value_sets, tmp_path, key, name, rows, field
+    cli, value_sets, tmp_path, key, name, rows, field
 ):
     root = copy_set(value_sets[key], tmp_path / "g")
     case_id = _restore(root, name, np.array(rows, dtype=np.int64))
-    code, err = _verify(root)
+    code, err = _verify(cli, root)
     line = one_line(err)
     assert code == REFUSED, err
     assert f"case {case_id!r}" in line and field in line and "case_elements = 134217728" in line
 
 
-def test_n_new_over_the_case_limit_is_refused_from_the_manifest(value_sets, tmp_path):
+def test_n_new_over_the_case_limit_is_refused_from_the_manifest(cli, value_sets, tmp_path):
     root = copy_set(value_sets["decode"], tmp_path / "g")
     m = read_manifest(root)
     batch = m["cases"][0]["inputs"]["deltas"]["shape"][0]
     m["cases"][0]["params"]["n_new"] = 10**9
     write_manifest(root, m)
-    for code, err in (_verify(root), _run(root)):
+    for code, err in (_verify(cli, root), _run(cli, root)):
         line = one_line(err)
         assert code == REFUSED, err
         assert "params.n_new = 1000000000" in line and m["cases"][0]["id"] in line
@@ -431,10 +441,10 @@ def _stored_elements(entry: dict) -> int:
     )
 
 
-def test_stored_values_within_a_raised_limit_reach_the_oracle(value_sets, tmp_path):
+def test_stored_values_within_a_raised_limit_reach_the_oracle(cli, value_sets, tmp_path):
     root = copy_set(value_sets["vision"], tmp_path / "g")
     _restore(root, "grids", np.array([[1, 2**11, 2**11]], dtype=np.int64))  # 3·2^22 ids: over 2^22
-    code, err = _verify(root, "--limit", "case_elements=4M")
+    code, err = _verify(cli, root, "--limit", "case_elements=4M")
     assert code == REFUSED and "case_elements = 4194304" in one_line(err)
-    code, err = _verify(root, "--limit", "case_elements=16M")
+    code, err = _verify(cli, root, "--limit", "case_elements=16M")
     assert code == CASE_FAILED, err  # the oracle runs (the stored expected ids no longer match)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rope_ref.conformance.golden import load_golden
 from rope_ref.conformance.kernel_shapes import KERNEL_OPS
 from rope_ref.conformance.oracle_backend import OracleBackend
 from rope_ref.conformance.protocol import Backend
 from rope_ref.conformance.runner import Runner
+from shipped_golden import shipped_cases
 
 from rope_ref import RopeConfig
 from rope_ref.positions import kernel_positions
@@ -17,7 +17,7 @@ from rope_ref.positions import kernel_positions
 
 @pytest.fixture(scope="module")
 def kernel_cases():
-    cases = [c for c in load_golden() if c.op in KERNEL_OPS]
+    cases = [c for c in shipped_cases() if c.op in KERNEL_OPS]
     assert {c.op for c in cases} == set(KERNEL_OPS)
     return cases
 

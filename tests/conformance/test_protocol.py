@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rope_ref.conformance.golden import load_golden
 from rope_ref.conformance.protocol import (
     UNSUPPORTED_REASONS,
     Backend,
@@ -15,6 +14,7 @@ from rope_ref.conformance.protocol import (
     PrecisionPolicy,
     Unsupported,
 )
+from shipped_golden import shipped_cases
 
 import rope_ref
 
@@ -80,7 +80,7 @@ class GlmIds(NextPositionIdsFromFullIds, Backend):
 @pytest.mark.parametrize("two_d", [True, False])
 def test_next_position_ids_mixin_agrees_with_the_oracle(two_d):
     case = next(
-        c for c in load_golden()
+        c for c in shipped_cases()
         if c.op == "chatglm_next_position_ids" and c.params["position_encoding_2d"] is two_d
         and "step3" in c.id
     )  # fmt: skip

@@ -33,9 +33,9 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 def _shipped_cases():
-    from rope_ref.conformance.golden import load_golden
+    from shipped_golden import shipped_cases
 
-    return load_golden()
+    return shipped_cases()
 
 
 def apply_case(cid: str, positions=(0, 1, 5, 300), head_dim: int = 16) -> Case:

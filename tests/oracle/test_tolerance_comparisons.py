@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 from equal_strings import fresh as _fresh
-from rope_ref.conformance import golden, tolerance
+from rope_ref.conformance import tolerance
 from rope_ref.conformance.case import Case
 from rope_ref.conformance.catalogue import make_config
 from rope_ref.conformance.protocol import PrecisionPolicy
 from rope_ref.conformance.tolerance import check_case
+from shipped_golden import shipped_cases
 from small_cases import _rot_case, rotation_case
 
 FP32 = PrecisionPolicy("float32", "float32", "float32")
@@ -215,7 +216,7 @@ def _policies(convert) -> list[PrecisionPolicy]:
 
 def _one_case_per_kind() -> list:
     kinds: dict[tuple, Any] = {}
-    for case in golden.load_golden():
+    for case in shipped_cases():
         kinds.setdefault((case.op, case.tolerance), case)
     return list(kinds.values())
 

@@ -21,12 +21,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rope_ref.conformance.golden import load_golden  # noqa: E402
 from rope_ref.conformance.kernel_shapes import KERNEL_OPS  # noqa: E402
 from rope_ref.conformance.runner import Runner  # noqa: E402
 from rope_ref.peers.gpu_peers import KERNEL_SUPPORT, GpuPeer  # noqa: E402
+from shipped_golden import shipped_cases  # noqa: E402
 
-CASES = [c for c in load_golden() if c.op in KERNEL_OPS]
+CASES = [c for c in shipped_cases() if c.op in KERNEL_OPS]
 
 
 # -- float64 rotation shared by the fakes -----------------------------------------------------------------

@@ -183,8 +183,8 @@ def test_mrope_sections_against_a_hand_rotation(peer):
 
 def test_a_planted_mistake_fails_the_suite():
     """The suite catches a glue that hands ggml the other mode (NEOX for interleaved and back)."""
-    from rope_ref.conformance.golden import load_golden
     from rope_ref.conformance.runner import Runner
+    from shipped_golden import shipped_cases
 
     class SwappedModes(lcp.LlamaCppPeer):
         def _rotate(self, x, positions, cfg, seq_len, *, back=False):
@@ -194,7 +194,7 @@ def test_a_planted_mistake_fails_the_suite():
             )
             return super()._rotate(x, positions, wrong, seq_len, back=back)
 
-    cases = load_golden(None)
+    cases = shipped_cases()
     good = Runner(lcp.make_backend("fp32"), precision="fp32").run(cases, select="^apply-layout_.*-fp32$")
     bad = Runner(SwappedModes("fp32"), precision="fp32").run(cases, select="^apply-layout_.*-fp32$")
     assert good.results and all(r.status == "passed" for r in good.results)
@@ -204,12 +204,12 @@ def test_a_planted_mistake_fails_the_suite():
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_verdicts_match_the_findings(precision, monkeypatch):
     """Every failure explained by peers/findings/llama.cpp.toml, and no stale finding."""
-    from rope_ref.conformance.golden import load_golden
+    from shipped_golden import shipped_cases
 
     cli = importlib.import_module("rope_ref.peers.cli_ecosystem")
     if NAME not in peers.PEERS:  # until the registry names this peer
         monkeypatch.setitem(peers.PEERS, NAME, ("llama_cpp_peer", {}))
-    result = cli.run_peer(NAME, precision, load_golden(None))
+    result = cli.run_peer(NAME, precision, shipped_cases())
     problems = [f"unexplained {u['case']} [{u['bug_class']}]" for u in result["unexplained"]]
     problems += [f"stale finding {f}" for f in result["stale_findings"]]
     assert not problems, "\n".join(problems)

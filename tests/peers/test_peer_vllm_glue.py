@@ -22,11 +22,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rope_ref.conformance.golden import load_golden  # noqa: E402
 from rope_ref.conformance.runner import Runner  # noqa: E402
 from rope_ref.peers import vllm_peer  # noqa: E402
+from shipped_golden import shipped_cases  # noqa: E402
 
-CASES = load_golden()
+CASES = shipped_cases()
 SELECT = r"^(apply|cos_sin|inv_freq|apply_vjp|apply_qk|apply_qkv|multiaxis_apply)-.*"
 
 
