@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from hf_configs import QWEN3_VL_8B
+from hf_configs import QWEN2_VL_7B, QWEN3_VL_8B
 from rope_ref.conformance.golden import load_golden
 from rope_ref.conformance.oracle_backend import OracleBackend
 from rope_ref.conformance.runner import Runner
@@ -28,14 +28,7 @@ _MLA = {"hidden_size": 2048, "num_attention_heads": 16, "qk_nope_head_dim": 128,
 _MLA.update({"v_head_dim": 128, "kv_lora_rank": 512, "max_position_embeddings": 163840, "rope_theta": 10000})
 
 CONFIGS = {
-    "qwen2-vl-7b": {
-        "model_type": "qwen2_vl",
-        "hidden_size": 3584,
-        "num_attention_heads": 28,
-        "rope_theta": 1e6,
-        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-        "vision_config": {"spatial_merge_size": 2},
-    },
+    "qwen2-vl-7b": QWEN2_VL_7B,
     "qwen3-vl-8b": QWEN3_VL_8B,
     "glm-4.1v-9b": {
         "model_type": "glm4v",

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from hf_configs import QWEN3_VL_8B
+from hf_configs import QWEN2_VL_7B, QWEN3_VL_8B
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mrope_reference import hf_channel_streams
@@ -354,22 +354,8 @@ def test_presets_carry_their_rule_constants():
         mrope.preset("qwen2-vl-7b").position_ids(ids(row), None, [[2, 4, 4]], second_per_grid_ts=[1.0])
 
 
-QWEN2_VL_CONFIG = {  # Qwen/Qwen2-VL-7B-Instruct config.json (RoPE-related keys)
-    "model_type": "qwen2_vl",
-    "hidden_size": 3584,
-    "num_attention_heads": 28,
-    "rope_theta": 1000000.0,
-    "max_position_embeddings": 32768,
-    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-    "vision_config": {"spatial_merge_size": 2},
-    "image_token_id": IMG,
-    "video_token_id": VID,
-    "vision_start_token_id": VS,
-}
-
-
 def test_from_hf_configs_match_the_presets():
-    m = mrope.from_hf(QWEN2_VL_CONFIG)
+    m = mrope.from_hf(QWEN2_VL_7B)
     p = mrope.preset("qwen2-vl-7b")
     assert (m.rope.streams, m.rope.tables, m.rule) == (p.rope.streams, p.rope.tables, p.rule)
     assert dict(m.token_ids) == {"image_token_id": IMG, "video_token_id": VID, "vision_start_token_id": VS}
@@ -390,7 +376,7 @@ def test_from_hf_configs_match_the_presets():
     m, p = mrope.from_hf(glm), mrope.preset("glm-4.1v-9b")
     assert (m.rope.streams, m.rope.tables, m.rule) == (p.rope.streams, p.rope.tables, p.rule)
     # The config's token ids drive the position ids.
-    custom = dict(QWEN2_VL_CONFIG, image_token_id=5, vision_start_token_id=6)
+    custom = dict(QWEN2_VL_7B, image_token_id=5, vision_start_token_id=6)
     pos, _ = mrope.from_hf(custom).position_ids(ids([T, 6, 5, 5, T]), [[1, 2, 4]])
     assert pos[:, 0].tolist() == [[0, 1, 2, 2, 4], [0, 1, 2, 2, 4], [0, 1, 2, 3, 4]]
 
@@ -399,6 +385,6 @@ def test_from_hf_refuses_non_mrope_configs():
     with pytest.raises(ValueError, match="model_type"):
         mrope.from_hf({"model_type": "llama"})
     with pytest.raises(ValueError, match="mrope_section"):
-        mrope.from_hf(dict(QWEN2_VL_CONFIG, rope_scaling={"type": "default"}))
+        mrope.from_hf(dict(QWEN2_VL_7B, rope_scaling={"type": "default"}))
     with pytest.raises(ValueError, match="mrope_section"):
-        mrope.from_hf(dict(QWEN2_VL_CONFIG, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 16]}))
+        mrope.from_hf(dict(QWEN2_VL_7B, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 16]}))
