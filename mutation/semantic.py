@@ -8,9 +8,12 @@ paired arguments, a validation removed from a helper, an aliasing snapshot), not
 
 The project is copied to a scratch directory and the copy is imported (``PYTHONPATH``), never the working
 tree. Every mutant first runs against its list's ``tests`` (fast, no xdist); a mutant they do not kill
-then runs against the whole quick suite (``pytest -x``, the README's command). Killing by a subset
-implies killing by the suite, so the score is the suite's. A mutant that survives the quick suite is
-reported as surviving, although ``pytest --full`` might still kill it: the score is a lower bound.
+then runs against the tests folder of the module's room (``tests/oracle`` for ``rope_ref/``,
+``tests/conformance``, ``tests/backends``, ``tests/peers``, ``tests/cli`` for ``rope_ref/cli/``), and a
+mutant that survives that against the whole quick suite (``pytest -x``, the README's command). Killing
+by a part of the suite implies killing by the suite, so the score is the suite's. A mutant that
+survives the quick suite is reported as surviving, although ``pytest --full`` might still kill it:
+the score is a lower bound.
 
 Usage (from the repository root)::
 
@@ -56,6 +59,16 @@ GOAL = 95.0
 PYTEST = ("-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly")
 #: The whole-suite stage leaves out the lists' own integrity tests, which any applied mutant fails.
 SUITE = ("--ignore=tests/mutation",)
+#: The tests folder of each room (longest prefix first), run between a list's tests and the whole suite.
+ROOM_TESTS = (
+    ("rope_ref/cli/", "tests/cli"), ("rope_ref/", "tests/oracle"), ("conformance/", "tests/conformance"),
+    ("backends/", "tests/backends"), ("peers/", "tests/peers"),
+)
+
+
+def room_tests(module: str) -> str | None:
+    """The tests folder that mirrors ``module``'s room, or None for a module outside the rooms."""
+    return next((folder for prefix, folder in ROOM_TESTS if module.startswith(prefix)), None)
 
 
 @dataclass
@@ -78,7 +91,7 @@ class Outcome:
     sample: str
     what: str
     result: str  # killed | survived | equivalent | stale
-    stage: str = ""  # subset | suite | timeout
+    stage: str = ""  # subset | room | suite | timeout
     seconds: float = 0.0
     detail: str = ""
 
@@ -179,16 +192,19 @@ class Workspace:
         path.write_text(mutated, encoding="utf-8")
         try:
             stages = [("subset", tests, False)] if tests else []
+            room = room_tests(mutant.module)
+            if whole and room is not None:
+                stages.append(("room", [room], True))
             if whole:
                 stages.append(("suite", list(SUITE), True))
             out.result = "survived"
             for stage, args, xdist in stages:
-                if stage == "suite":  # the whole suite's own baseline, once, on the unmutated copy
+                if stage != "subset":  # that part's own baseline, once, on the unmutated copy
                     path.write_text(original, encoding="utf-8")
-                    suite_ok = baselines.passes(None, list(SUITE), self)
+                    ok = baselines.passes(None if stage == "suite" else f"room {room}", args, self)
                     path.write_text(mutated, encoding="utf-8")
-                    if not suite_ok:
-                        out.result, out.detail = "stale", "the unmutated quick suite fails"
+                    if not ok:
+                        out.result, out.detail = "stale", f"the unmutated {' '.join(args)} fails"
                         break
                 rc, tail, seconds = self.pytest(args, xdist)
                 out.seconds += seconds
@@ -221,12 +237,28 @@ class Baselines:
             lock = self._locks.setdefault(module, threading.Lock())
         with lock:
             if module not in self._done:
-                rc, tail, _ = space.pytest(tests, module is None)
+                rc, tail, _ = space.pytest(tests, module is None or module.startswith("room "))
                 self._done[module] = rc == 0
                 if rc != 0:
                     what = "the quick suite" if module is None else f"{module}'s tests"
                     print(f"baseline: {what} fail on the unmutated code (exit {rc})\n{tail}", flush=True)
             return self._done[module]
+
+
+def decided_in(output: str, later_stages: bool = False) -> set[str]:
+    """``module::id`` of the mutants an earlier run's output reports as killed by their subset (and, with
+    ``later_stages``, as killed by a later stage or surviving)."""
+    decided = set()
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) < 2 or parts[0] not in ("killed", "survived"):
+            continue
+        staged = parts[1].startswith("(")
+        if len(parts) < 3 and staged:
+            continue
+        if parts[0] == "killed" and parts[1] == "(subset)" or later_stages:
+            decided.add(parts[2] if staged else parts[1])
+    return decided
 
 
 def _first_failure(tail: str) -> str:
@@ -275,7 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="scratch copies run side by side (default 1)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per pytest run (default 900)")
     parser.add_argument("--skip-decided", type=Path, default=None,
-                        help="an earlier run's output: skip the mutants it reports as killed by their subset")
+                        help="an earlier run's output: skip the mutants it reports as killed by their subset "
+                        "(with --skip-suite-decided, also those it reports killed or surviving later)")
+    parser.add_argument("--skip-suite-decided", action="store_true",
+                        help="with --skip-decided: trust that output's room and suite stages too")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
@@ -292,10 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         if (args.sample is None or m.sample.startswith(args.sample)) and (not args.id or m.id in args.id)
     ]
     if args.skip_decided is not None:
-        decided = {
-            line.split()[2] for line in args.skip_decided.read_text(encoding="utf-8").splitlines()
-            if line.startswith("killed") and "(subset)" in line
-        }
+        decided = decided_in(args.skip_decided.read_text(encoding="utf-8"), args.skip_suite_decided)
         work = [(entry, m) for entry, m in work if f"{m.module}::{m.id}" not in decided]
     if not work:
         parser.error("no mutant matches the selection")

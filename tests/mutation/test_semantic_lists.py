@@ -92,3 +92,33 @@ def test_score_leaves_equivalent_and_stale_mutants_out_of_the_percentage():
     assert table["a.py"] == {"killed": 19, "survived": 1, "equivalent": 1, "stale": 1, "percent": 95.0}
     assert table["b.py"]["percent"] is None
     assert "| `a.py` | 19 | 20 | 95.0% | 1 | 1 |" in semantic.markdown(table)
+
+
+@pytest.mark.parametrize(
+    ("module", "folder"),
+    [
+        ("rope_ref/cli/table.py", "tests/cli"),
+        ("rope_ref/rotation.py", "tests/oracle"),
+        ("conformance/golden.py", "tests/conformance"),
+        ("backends/_torch_core.py", "tests/backends"),
+        ("peers/zoo.py", "tests/peers"),
+        ("mutation/semantic.py", None),
+    ],
+)
+def test_room_stage_runs_the_tests_folder_of_the_modules_room(module, folder):
+    assert semantic.room_tests(module) == folder
+
+
+def test_an_earlier_runs_decisions_are_read_per_stage():
+    output = "\n".join([
+        "killed     (subset)  rope_ref/a.py::one  FAILED tests/oracle/test_a.py::t",
+        "killed     (room)    rope_ref/a.py::two  FAILED tests/oracle/test_b.py::t",
+        "killed     (suite)   rope_ref/b.py::three  FAILED tests/cli/test_c.py::t",
+        "survived             rope_ref/b.py::four  ",
+        "equivalent           rope_ref/b.py::five  a reason",
+        "baseline: the quick suite fail on the unmutated code (exit 1)",
+        "| `rope_ref/a.py` | 2 | 2 | 100.0% | 0 | 0 |",
+    ])
+    assert semantic.decided_in(output) == {"rope_ref/a.py::one"}
+    later = {"rope_ref/a.py::one", "rope_ref/a.py::two", "rope_ref/b.py::three", "rope_ref/b.py::four"}
+    assert semantic.decided_in(output, later_stages=True) == later
