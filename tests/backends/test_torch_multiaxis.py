@@ -161,6 +161,36 @@ def test_per_stream_tables_and_length_dependent_scaling() -> None:
     assert worst_ratio(xq, pos, spec, got, "float32", "float32") <= 1.0
 
 
+def test_one_scaled_table_shared_by_every_stream_applies_its_attention_factor() -> None:
+    """Three streams sharing one YaRN table (factor 4): every rotated pair's radius grows by
+    0.1 ln 4 + 1 (YaRN eq. 22, Peng et al. 2023), and the pass-through channels stay as they are."""
+    table = RopeConfig(16, layout="half", scaling=YaRN(4.0, 64))
+    spec = multiaxis.MultiAxisRope(16, layout="half", streams=(0, 0, 1, 1, 2, 2), tables=table)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((5, 16))
+    pos = positions(rng, spec, (5,))
+    xq, got = run(x, pos, spec, torch.float64, angle_dtype=torch.float64)
+    assert worst_ratio(xq, pos, spec, got, "float64", "float64") <= 1.0
+    a, b = np.arange(6), np.arange(6, 12)  # the half layout's pairs (i, i + 6) of rotary_dim 12
+    radius_in, radius_out = np.hypot(x[:, a], x[:, b]), np.hypot(got[:, a], got[:, b])
+    np.testing.assert_allclose(radius_out, (0.1 * np.log(4.0) + 1.0) * radius_in, rtol=1e-13)
+    assert np.array_equal(got[:, 12:], x[:, 12:])
+
+
+def test_blocked_spec_keeps_its_pass_through_channels() -> None:
+    """Two blocks of 3 pairs (ChatGLM-6B's two half-heads) in a head of 20: channels 12..19 pass through."""
+    spec = multiaxis.MultiAxisRope(
+        20, layout="half", streams=(0, 0, 0, 1, 1, 1), tables=RopeConfig(20, layout="half"), blocks=2
+    )
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((4, 3, 20))
+    pos = positions(rng, spec, (4, 1))
+    xq, got = run(x, pos, spec, torch.float64, angle_dtype=torch.float64)
+    assert got.shape == x.shape
+    assert np.array_equal(got[..., 12:], x[..., 12:])
+    assert worst_ratio(xq, pos, spec, got, "float64", "float64") <= 1.0
+
+
 # -- autograd and torch.compile ----------------------------------------------------------------------
 
 
