@@ -174,6 +174,26 @@ def test_decay_upper_bound_matches_published_values(ns):
     np.testing.assert_allclose(got, [32.5, 17.954, 10.227, 6.543], atol=5e-4)
 
 
+def _dynamic_ntk_bound(r: np.ndarray, d: int, base: float, factor: float, original: int, length: int):
+    """RoFormer's (1/(d/2)) sum_j |S_j(r)| over dynamic NTK frequencies at sequence length ``length``
+    (HF ``_compute_dynamic_ntk_parameters``: base * ((factor L / L0) - (factor - 1))^(d / (d - 2)))."""
+    scaled = base * ((factor * length / original) - (factor - 1)) ** (d / (d - 2))
+    theta = scaled ** (-np.arange(0, d, 2) / d)
+    angles = r[:, None] * theta
+    partial = np.hypot(np.cumsum(np.cos(angles), axis=-1), np.cumsum(np.sin(angles), axis=-1))
+    return partial.mean(axis=-1)
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_decay_upper_bound_sees_the_longest_distance_of_either_sign(ns):
+    """Length-dependent scalings see max|r| + 1: a distance of -3000 stretches dynamic NTK as 3000 does."""
+    b = _backend(ns)
+    cfg = rope_ref.RopeConfig(16, layout="half", scaling=rope_ref.scaling.DynamicNTK(4.0, 64))
+    r = np.array([-3000.0, 5.0, 40.0])
+    got = b.to_numpy(b.decay_upper_bound(b.from_numpy(r), cfg))
+    np.testing.assert_allclose(got, _dynamic_ntk_bound(r, 16, 10000.0, 4.0, 64, 3001), rtol=1e-9)
+
+
 @pytest.mark.parametrize("ns", NAMESPACES)
 def test_chatglm_position_ids_hand_written(ns):
     b = _backend(ns)
