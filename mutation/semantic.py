@@ -152,9 +152,10 @@ def copy_project(workdir: Path) -> None:
 class Workspace:
     """One scratch copy of the project; mutants are applied to it one at a time."""
 
-    def __init__(self, workdir: Path, timeout: float):
+    def __init__(self, workdir: Path, timeout: float, room_is_last: bool = False):
         self.root = workdir
         self.timeout = timeout
+        self.room_is_last = room_is_last
         copy_project(workdir)
         self.env = dict(os.environ)
         self.env.update({
@@ -195,9 +196,11 @@ class Workspace:
             room = room_tests(mutant.module)
             if whole and room is not None:
                 stages.append(("room", [room], True))
-            if whole:
+            if whole and not self.room_is_last:
                 stages.append(("suite", list(SUITE), True))
             out.result = "survived"
+            if stages and stages[-1][0] != "suite":
+                out.detail = f"(not run against the whole suite; last stage: {stages[-1][0]})"
             for stage, args, xdist in stages:
                 if stage != "subset":  # that part's own baseline, once, on the unmutated copy
                     path.write_text(original, encoding="utf-8")
@@ -247,7 +250,7 @@ class Baselines:
 
 def decided_in(output: str, later_stages: bool = False) -> set[str]:
     """``module::id`` of the mutants an earlier run's output reports as killed by their subset (and, with
-    ``later_stages``, as killed by a later stage or surviving)."""
+    ``later_stages``, as killed by a later stage or surviving the whole suite)."""
     decided = set()
     for line in output.splitlines():
         parts = line.split()
@@ -255,6 +258,8 @@ def decided_in(output: str, later_stages: bool = False) -> set[str]:
             continue
         staged = parts[1].startswith("(")
         if len(parts) < 3 and staged:
+            continue
+        if parts[0] == "survived" and "not run against the whole suite" in line:
             continue
         if parts[0] == "killed" and parts[1] == "(subset)" or later_stages:
             decided.add(parts[2] if staged else parts[1])
@@ -309,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-decided", type=Path, default=None,
                         help="an earlier run's output: skip the mutants it reports as killed by their subset "
                         "(with --skip-suite-decided, also those it reports killed or surviving later)")
+    parser.add_argument("--room-is-last", action="store_true",
+                        help="stop after the room stage (survivors say so; run them again without it)")
     parser.add_argument("--skip-suite-decided", action="store_true",
                         help="with --skip-decided: trust that output's room and suite stages too")
     args = parser.parse_args(argv)
@@ -338,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     spaces = []
     for i in range(args.jobs):
         (base / str(i)).mkdir()
-        spaces.append(Workspace(base / str(i), args.timeout))
+        spaces.append(Workspace(base / str(i), args.timeout, args.room_is_last))
     baselines = Baselines()
     outcomes: list[Outcome] = []
     queue = list(work)

@@ -115,6 +115,7 @@ def test_an_earlier_runs_decisions_are_read_per_stage():
         "killed     (room)    rope_ref/a.py::two  FAILED tests/oracle/test_b.py::t",
         "killed     (suite)   rope_ref/b.py::three  FAILED tests/cli/test_c.py::t",
         "survived             rope_ref/b.py::four  ",
+        "survived             rope_ref/b.py::six  (not run against the whole suite; last stage: room)",
         "equivalent           rope_ref/b.py::five  a reason",
         "baseline: the quick suite fail on the unmutated code (exit 1)",
         "| `rope_ref/a.py` | 2 | 2 | 100.0% | 0 | 0 |",
