@@ -42,10 +42,11 @@ IO_DTYPES = ("float64", "float32", "float16", "bfloat16")
 TENSOR_DTYPES = ("float64", "float32", "float16", "int64", "int32")
 LAYOUTS = ("half", "interleaved")
 
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*\.(safetensors|npz)$")
-_TENSOR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+# \Z, not $: "$" also matches before a trailing newline, which would let "cos\n" or a sha256 plus "\n" pass.
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*\Z")
+_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*\.(safetensors|npz)\Z")
+_TENSOR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}\Z")
 _ROLES = ("inputs", "expected", "aux")  # "aux" is optional in a manifest entry
 
 

@@ -134,6 +134,23 @@ def test_angles_use_float32_where_the_device_has_no_float64():
     np.testing.assert_allclose(got, _loop_apply(np.ones((2, 8)), np.array([3, 7]), cfg), atol=2e-6)
 
 
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_cos_sin_come_back_in_the_activation_dtype_rounded_once(ns):
+    """fp32 on a device with float64: angles and cos/sin in float64, then ONE rounding to float32 (the
+    declared compute dtype). So each entry is float32(cos(m theta)) to a float32 ulp (2**-24 below 1),
+    at m = 40000 too, where float32 angles would be off by ~m 2**-24 = 2.4e-3."""
+    b = _backend(ns, "fp32")
+    cfg = rope_ref.RopeConfig(8, layout="half", base=300.0)
+    pos = np.array([0, 3, 977, 40_000])
+    c, s = b.cos_sin(b.from_numpy(pos), cfg)
+    assert c.dtype == b.xp.float32 and s.dtype == b.xp.float32
+    angles = [[float(m) * 300.0 ** (-2.0 * i / 8) for i in range(4)] for m in pos]
+    want_c = np.array([[math.cos(t) for t in row] for row in angles], dtype=np.float32)
+    want_s = np.array([[math.sin(t) for t in row] for row in angles], dtype=np.float32)
+    np.testing.assert_allclose(b.to_numpy(c), want_c, rtol=0, atol=2.0**-24)
+    np.testing.assert_allclose(b.to_numpy(s), want_s, rtol=0, atol=2.0**-24)
+
+
 def test_oracle_and_backend_agree_in_float64_on_numpy():
     """Same formula, different angles: the backend takes cos/sin of fl(m theta) with ``xp.cos``, the
     oracle of the exact m theta. Their cos/sin differ by at most |m theta| 2**-53 (the angle's rounding)

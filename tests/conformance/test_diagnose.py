@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rope_ref.conformance import diagnose as diagnosing
 from rope_ref.conformance.case import Case
 from rope_ref.conformance.diagnose import MAX_ELEMENTS, diagnose, exact_detail
 from rope_ref.conformance.oracle_backend import OracleBackend
@@ -94,6 +95,22 @@ def test_a_diagnosis_that_cannot_be_made_is_empty():
     assert diagnose(broken, {"out": got}, comparisons, F64) == ""  # no positions: KeyError inside
     assert diagnose(case, {"out": got}, comparisons, F64) == ""  # not a known bug
     assert diagnose(case, {}, comparisons, F64) == ""
+
+
+def test_a_passing_output_is_not_handed_to_the_diagnoser(monkeypatch):
+    """Only an output whose first comparison failed is diagnosed (the mutated oracle runs are not spent on
+    a right answer), even when a later comparison of that output failed."""
+    calls = []
+    monkeypatch.setattr(diagnosing, "_diagnose", lambda *args: calls.append(args[2]) or "spied")
+    case = _apply_case((4, 16), np.arange(4.0) * 7)
+    right = case.expected["out"]
+    first = compare_output(case, "out", right, F64)
+    assert first[0].passed
+    later = Comparison("out", False, 1, 4, (0,), 1.0, 1.5, 1e-12, 5e11, "pair norm")
+    assert diagnose(case, {"out": right}, [*first, later], F64) == "" and calls == []
+    wrong = right + 1.0
+    assert diagnose(case, {"out": wrong}, compare_output(case, "out", wrong, F64), F64) == "spied"
+    assert calls == ["out"]
 
 
 def test_exact_detail_only_for_an_exact_worst_element():

@@ -54,6 +54,19 @@ def _set(path: str, value):
     return edit
 
 
+def _rename_key(path: str, new: str):
+    """An edit giving the entry at ``path`` (a tensor spec) the name ``new``, its spec unchanged."""
+
+    def edit(m: dict) -> None:
+        *keys, last = path.split("/")
+        obj = m
+        for key in keys:
+            obj = obj[int(key)] if isinstance(obj, list) else obj[key]
+        obj[new] = obj.pop(last)
+
+    return edit
+
+
 REFUSED = [
     ("extra top-level key", _set("surprise", 1), "unexpected key(s) ['surprise']"),
     ("extra case key", _set("cases/1/weight", 2), "unexpected key(s) ['weight']"),
@@ -75,6 +88,18 @@ REFUSED = [
     ("file with a slash", _set("cases/0/file", "sub/a.safetensors"), "escapes the golden directory"),
     ("file with a backslash", _set("cases/0/file", "sub\\a.safetensors"), "escapes the golden directory"),
     ("file starting with ..", _set("cases/0/file", "..a.safetensors"), "escapes the golden directory"),
+    ("tensor name with a dot", _rename_key("cases/0/expected/cos", "cos.0"), "tensor name 'cos.0' is not"),
+    ("tensor name with /", _rename_key("cases/1/inputs/positions", "../p"), "tensor name '../p' is not"),
+    ("tensor name with a dash", _rename_key("cases/0/expected/sin", "sin-t"), "tensor name 'sin-t' is not"),
+    ("tensor name led by a digit", _rename_key("cases/1/expected/cos", "0cos"), "tensor name '0cos' is not"),
+    ("upper-case sha256", _set("cases/0/sha256", "AB" * 32), "/cases/0/sha256: 'ABAB"),
+    ("63-digit sha256", _set("cases/1/sha256", "ab" * 31 + "a"), "/cases/1/sha256: 'abab"),
+    ("65-digit sha256", _set("cases/0/sha256", "ab" * 32 + "a"), "/cases/0/sha256: 'abab"),
+    ("non-hex sha256", _set("cases/1/sha256", "ag" * 32), "/cases/1/sha256: 'agag"),
+    ("sha256 and a newline", _set("cases/0/sha256", "ab" * 32 + "\n"), "/cases/0/sha256: 'abab"),
+    ("tensor name and a \\n", _rename_key("cases/0/expected/cos", "cos\n"), "tensor name 'cos\\n' is not"),
+    ("case id and a newline", _set("cases/1/id", "cos_sin-b\n"), "/cases/1/id: 'cos_sin-b\\n'"),
+    ("file name and a newline", _set("cases/0/file", "a.safetensors\n"), "/cases/0/file"),
 ]
 
 
@@ -96,6 +121,8 @@ ACCEPTED = [
     ("rotary_dim 2", _set("cases/0/config/rotary_dim", 2)),
     ("a zero dimension", _set("cases/0/inputs/positions/shape", [0])),
     ("requires an earlier case", _set("cases/1/requires", ["cos_sin-a"])),
+    ("tensor name of '_', letters, digits", _rename_key("cases/0/expected/cos", "_Cos_2")),
+    ("sha256 of every hex digit", _set("cases/1/sha256", "0123456789abcdef" * 4)),
 ]
 
 

@@ -77,6 +77,33 @@ def test_kill_at_every_swap_step_is_repaired_by_rerunning(tmp_path, refs, start,
     assert main(["golden", "verify", str(d)]) == 0
 
 
+def test_a_first_write_stopped_after_the_journal_is_repaired_in_process(tmp_path, monkeypatch, capsys):
+    """A write into an empty directory that stops after step 3 (the journal and two case files moved in, no
+    manifest yet) leaves the journal there: it is ours, not a foreign file, so re-running the same command
+    without --force completes the set."""
+    from rope_ref.conformance import golden
+
+    real = golden._rename
+
+    def crash_after_three(src: Path, dst: Path, count: list[int]) -> None:
+        if count[0] == 3:
+            raise OSError("simulated crash in the middle of the swap")
+        real(src, dst, count)
+
+    d = tmp_path / "d"
+    monkeypatch.setattr(golden, "_rename", crash_after_three)
+    assert main(_argv(d)) != 0
+    assert "simulated crash" in capsys.readouterr().err
+    monkeypatch.setattr(golden, "_rename", real)
+    left = {p.name for p in d.iterdir()}
+    assert golden.JOURNAL_NAME in left and golden.MANIFEST not in left
+    assert len(left - {golden.JOURNAL_NAME, golden.LOCK_NAME}) == 2
+    assert main(_argv(d)) == 0  # no --force: the journal does not make the directory foreign
+    assert main(_argv(tmp_path / "clean")) == 0
+    assert _snapshot(d) == _snapshot(tmp_path / "clean")
+    assert main(["golden", "verify", str(d)]) == 0
+
+
 def test_the_kill_hook_reaches_every_step(tmp_path):
     """Past the last step the hook never fires: the run completes (so N_STEPS covers the whole swap)."""
     d = tmp_path / "d"

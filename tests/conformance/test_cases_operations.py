@@ -1,0 +1,84 @@
+"""The operation table (conformance/cases/operations.py): registration, and each family's evaluator honouring
+a case's explicit ``seq_len`` (HF ``_compute_dynamic_ntk_parameters``: base * (factor L / L0 - (factor - 1))
+** (d / (d - 2)) when L > L0), written out here with math.cos / math.sin pair by pair.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from rope_ref.conformance.cases import operations
+
+# Dynamic NTK, factor 3 over 64 positions, d = 8: an explicit seq_len 1000 scales the base; the positions
+# (max 40, so max + 1 = 41 < 64) alone would leave it unscaled.
+CONFIG = {
+    "head_dim": 8,
+    "layout": "half",
+    "rotary_dim": 8,
+    "base": 500.0,
+    "scaling": {"rope_type": "dynamic", "factor": 3.0, "original_max_position_embeddings": 64},
+}
+POSITIONS = np.array([0.0, 5.0, 40.0])
+SEQ_LEN = 1000
+
+
+def _inv_freq(seq_len: int) -> list[float]:
+    base = 500.0 * (3.0 * seq_len / 64 - 2.0) ** (8 / 6) if seq_len > 64 else 500.0
+    return [base ** (-2.0 * i / 8) for i in range(4)]
+
+
+def _loop_rotate(x: np.ndarray, positions: np.ndarray, inv: list[float]) -> np.ndarray:
+    """Half layout, rows (n, 8) at positions (n,): pairs (i, i + 4) rotated by position * inv[i]."""
+    out = x.copy()
+    for r in range(x.shape[0]):
+        for i, f in enumerate(inv):
+            c, s = math.cos(positions[r] * f), math.sin(positions[r] * f)
+            out[r, i] = x[r, i] * c - x[r, i + 4] * s
+            out[r, i + 4] = x[r, i + 4] * c + x[r, i] * s
+    return out
+
+
+@pytest.fixture
+def private_table(monkeypatch):
+    """A copy of the table in place of the real one, so that a registration never outlives the test."""
+    table = dict(operations.OPERATIONS)
+    monkeypatch.setattr(operations, "OPERATIONS", table)
+    return table
+
+
+def test_an_operation_registered_twice_is_refused_and_the_first_kept(private_table):
+    def first(config, inputs, params):
+        return {"out": np.array([1.0])}
+
+    def second(config, inputs, params):
+        return {"out": np.array([2.0])}
+
+    assert operations.operation("probe_op")(first) is first
+    with pytest.raises(RuntimeError, match=r"^operation 'probe_op' is registered twice$"):
+        operations.operation("probe_op")(second)
+    assert operations.evaluate("probe_op", None, {}, {})["out"].tolist() == [1.0]
+    apply_before = private_table["apply"]
+    with pytest.raises(RuntimeError, match=r"^operation 'apply' is registered twice$"):
+        operations.operation("apply")(second)
+    assert private_table["apply"] is apply_before
+
+
+def test_rotation_evaluators_use_the_cases_explicit_seq_len():
+    rng = np.random.default_rng(11)
+    x, g = rng.standard_normal((3, 8)), rng.standard_normal((3, 8))
+    scaled, unscaled = _inv_freq(SEQ_LEN), _inv_freq(41)
+    params = {"seq_len": SEQ_LEN}
+    out = operations.evaluate("apply", CONFIG, {"x": x, "positions": POSITIONS}, params)["out"]
+    np.testing.assert_allclose(out, _loop_rotate(x, POSITIONS, scaled), rtol=0, atol=1e-12)
+    assert np.abs(out - _loop_rotate(x, POSITIONS, unscaled)).max() > 0.1  # the case tells the two apart
+    vjp = operations.evaluate("apply_vjp", CONFIG, {"x": x, "positions": POSITIONS, "grad_out": g}, params)
+    np.testing.assert_allclose(vjp["out"], _loop_rotate(g, -POSITIONS, scaled), rtol=0, atol=1e-12)
+    cs = operations.evaluate("cos_sin", CONFIG, {"positions": POSITIONS}, params)
+    angles = POSITIONS[:, None] * np.array(scaled)
+    np.testing.assert_allclose(cs["cos"], np.vectorize(math.cos)(angles), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cs["sin"], np.vectorize(math.sin)(angles), rtol=0, atol=1e-12)
+    aux = operations.auxiliary("apply", CONFIG, {"x": x, "positions": POSITIONS}, params)
+    np.testing.assert_allclose(aux["inv_freq"], scaled, rtol=1e-14)
+    assert float(aux["attention_factor"]) == 1.0
