@@ -66,6 +66,19 @@ def test_a_case_with_named_axes_is_diagnosed():
     assert r.diagnosis.startswith("layout swapped")
 
 
+def test_batch_ids_of_a_case_with_axes_are_placed_before_diagnosing():
+    """(B, S) ids of a bshd case (B=2, S=5, H=3: no plain broadcast fits x's leading axes) are placed on x's
+    b and s axes before the mutated oracle runs (a direct call: the comparison is given)."""
+    ids = np.array([[0.0, 1, 2, 3, 4], [7, 9, 20, 31, 60]])
+    case = _apply_case((2, 5, 3, 16), ids, axes="bshd")
+    with pytest.raises(ValueError):
+        np.broadcast_shapes(ids.shape, (2, 5, 3))
+    placed = ids[:, :, None]  # b and s of x (2, 5, 3, 16), one id for every head
+    got = rope_ref.apply(case.inputs["x"], placed, rope_ref.RopeConfig(16, layout="interleaved"))
+    failed = Comparison("out", False, 1, got.size)  # only its verdict is read
+    assert diagnose(case, {"out": got}, [failed], F64).startswith("layout swapped (interleaved pairs")
+
+
 def test_an_explicit_seq_len_is_the_one_diagnosed_with():
     dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64}
     cfg = {"head_dim": 16, "layout": "half", "scaling": dynamic}

@@ -77,6 +77,8 @@ REFUSED = [
     ("bool head_dim", _set("cases/0/config/head_dim", True), "/cases/0/config/head_dim"),
     ("schema_version true", _set("schema_version", True), "/schema_version"),
     ("schema_version 1.0", _set("schema_version", 1.0), "/schema_version"),
+    ("older schema_version 0", _set("schema_version", 0), "this reader supports 1, got 0"),
+    ("newer schema_version 2", _set("schema_version", 2), "this reader supports 1, got 2"),
     ("duplicate id", _set("cases/1/id", "cos_sin-a"), "duplicate case id 'cos_sin-a'"),
     ("requires a later case", _set("cases/0/requires", ["cos_sin-b"]), "not the id of an earlier case"),
     ("requires itself", _set("cases/1/requires", ["cos_sin-b"]), "not the id of an earlier case"),

@@ -18,6 +18,7 @@ from rope_ref.conformance.golden import (
     GoldenError,
     GoldenLimitError,
     load_golden,
+    open_golden,
     plan_golden,
     write_golden,
 )
@@ -99,20 +100,66 @@ def test_a_file_larger_than_its_tensors_and_header_allow_is_refused_unread(root)
     assert not isinstance(info.value, GoldenLimitError) and path.name in str(info.value)
 
 
-@pytest.mark.parametrize("wrong", ["float32", "int64"])
-def test_a_tensor_of_another_dtype_than_the_manifest_says_is_refused(root, wrong):
+def _rewrite_cos_sin_file(root, edit) -> tuple[dict, dict]:
+    """Re-sign the first cos_sin case's file with ``edit`` applied to its tensors (the manifest entry kept
+    as it was): ``(manifest entry, tensors written)``."""
     m = read_manifest(root)
     i = next(k for k, c in enumerate(m["cases"]) if c["op"] == "cos_sin")
-    path = root / m["cases"][i]["file"]
-    tensors = dict(read_safetensors(path)[0])
-    tensors["expected.cos"] = tensors["expected.cos"].astype(wrong)  # same shape, re-signed
+    tensors = dict(read_safetensors(root / m["cases"][i]["file"])[0])
+    edit(tensors)
     resign(root, i, safetensors_bytes(tensors), m)
-    shape = m["cases"][i]["expected"]["cos"]["shape"]
+    return m["cases"][i], tensors
+
+
+@pytest.mark.parametrize("wrong", ["float32", "int64"])
+def test_a_tensor_of_another_dtype_than_the_manifest_says_is_refused(root, wrong):
+    def edit(t):
+        t["expected.cos"] = t["expected.cos"].astype(wrong)  # same shape, re-signed
+
+    entry, tensors = _rewrite_cos_sin_file(root, edit)
+    shape = entry["expected"]["cos"]["shape"]
     with pytest.raises(
         GoldenError, match=rf"tensor expected.cos is {wrong}\[.*\], the manifest says float64"
     ):
         load_golden(root)
     assert list(tensors["expected.cos"].shape) == shape
+
+
+def test_a_tensor_of_another_shape_than_the_manifest_says_is_refused(root):
+    """cos stored transposed: the same dtype and byte count as the manifest's (3, 8), another shape."""
+
+    def edit(t):
+        t["expected.cos"] = np.ascontiguousarray(t["expected.cos"].T)
+
+    entry, tensors = _rewrite_cos_sin_file(root, edit)
+    assert entry["expected"]["cos"]["shape"] == [3, 8] and tensors["expected.cos"].shape == (8, 3)
+    with pytest.raises(
+        GoldenError, match=r"tensor expected.cos is float64\[8, 3\], the manifest says float64\[3, 8\]"
+    ):
+        load_golden(root)
+
+
+def test_a_file_holding_a_tensor_the_manifest_does_not_list_is_refused(root):
+    def edit(t):
+        t["expected.extra"] = np.zeros(2)
+
+    entry, tensors = _rewrite_cos_sin_file(root, edit)
+    assert "extra" not in entry["expected"] and "expected.extra" in tensors
+    with pytest.raises(GoldenError, match=r"holds tensors \[.*'expected.extra'.*\], the manifest lists \["):
+        load_golden(root)
+
+
+def test_a_case_params_is_its_own_dict_not_the_manifest_entry(root):
+    """Changing one case's params (header or streamed) changes neither the plan nor a later read."""
+    headers = open_golden(root)
+    header = headers[0]
+    header.params["seq_len"] = 77
+    assert headers.plan.manifest["cases"][0]["params"] == {"seq_len": None}
+    streamed = next(headers.stream([header]))
+    assert streamed.params == {"seq_len": None}
+    streamed.params["seq_len"] = 55
+    assert next(headers.stream([header])).params == {"seq_len": None}
+    assert header.params == {"seq_len": 77}
 
 
 def test_a_nan_in_a_file_is_read_as_stored(root):

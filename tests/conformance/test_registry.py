@@ -96,6 +96,25 @@ def test_a_file_in_a_folder_with_a_colon(tmp_path, monkeypatch):
     assert isinstance(get_backend("runs:2026/mine.py:NoPrecision"), OracleBackend)  # split at the last colon
 
 
+def test_a_file_imports_its_neighbours_from_its_own_folder(tmp_path, monkeypatch):
+    """The file's folder (not the cwd, not on sys.path before) is put first on sys.path."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "h27_neighbour_base.py").write_text(MODULE)
+    (folder / "h27_uses_neighbour.py").write_text(
+        "from h27_neighbour_base import NoPrecision\n\nclass Derived(NoPrecision):\n    pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path), str(folder))])
+    try:
+        backend = get_backend(f"{folder}/h27_uses_neighbour.py:Derived")
+        assert type(backend).__mro__[1].__module__ == "h27_neighbour_base"
+        assert sys.path[0] == str(folder)
+    finally:
+        for name in ("h27_neighbour_base", "rope_ref_user_backend_h27_uses_neighbour"):
+            sys.modules.pop(name, None)
+
+
 def test_a_missing_or_broken_file(tmp_path):
     with pytest.raises(BackendNotFound, match=r"no such file .*nowhere\.py"):
         get_backend(f"{tmp_path}/nowhere.py:X")
