@@ -212,6 +212,21 @@ def test_a_symlinked_tensor_file_escaping_the_set_is_refused(root, tmp_path):
     assert Path(os.readlink(path)) == outside
 
 
+@pytest.mark.parametrize(
+    "name",
+    [".hidden.safetensors", "notes.txt", "-a.npz", "a.npz.bak", "a b.npz", "..", "a/b.npz", "a\\b.npz"],
+)
+def test_safe_file_refuses_a_name_outside_the_case_file_pattern(tmp_path, name):
+    """``_safe_file`` called directly (``validate_manifest`` applies the same pattern first): only
+    ``<letter or digit>[letters, digits, '_', '.', '-']*.safetensors|.npz`` names a case file."""
+    from rope_ref.conformance.golden_reading import _safe_file
+
+    mpath = tmp_path / "manifest.json"
+    with pytest.raises(GoldenError, match="is not allowed"):
+        _safe_file(tmp_path, name, mpath)
+    assert _safe_file(tmp_path, "cos_sin-a.1.npz", mpath) == tmp_path / "cos_sin-a.1.npz"
+
+
 def test_read_bounded_refuses_a_file_longer_than_its_stat_size():
     """A file that holds more than ``lstat`` said (one that grew, or a procfs file reporting size 0) is
     refused, not silently cut to the stated size."""

@@ -237,6 +237,30 @@ def test_huge_shape_reports_the_size(tmp_path, capsys):
     assert "--shape" in line and "GiB" in line and "953.7" in line
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    [
+        ({"fmt": "hdf5"}, ValueError, "fmt must be one of ['npz', 'safetensors'], got 'hdf5'"),
+        ({"source": "zoo"}, ValueError, "source must be 'catalogue' or 'custom', got 'zoo'"),
+        ({"generator": 7}, TypeError, "generator must be a str, got int"),
+    ],
+)
+def test_write_golden_names_a_bad_argument_before_building_anything(
+    tmp_path, monkeypatch, kwargs, exc, message
+):
+    """``write_golden``'s own checks, called directly: the error names the argument (not a schema
+    violation of the manifest built from it), and no case is serialised and no directory made."""
+    from test_golden_build import _case
+
+    out = tmp_path / "out"
+    args = {"generator": "by hand", **kwargs}
+    monkeypatch.setattr(golden, "build_set", lambda *a: pytest.fail(f"build_set called with {a[1:4]}"))
+    with pytest.raises(exc) as info:
+        golden.write_golden([_case("cos_sin-a")], out, **args)
+    assert str(info.value) == message
+    assert not out.exists()
+
+
 # -- interruption and failure: the previous set stays intact -------------------------------------------
 
 _DRIVER = textwrap.dedent(

@@ -119,6 +119,15 @@ def test_coverage_table_text():
     assert short.splitlines()[3] == "ab                1         1         1         0         0         0"
 
 
+def test_coverage_table_counts_xpassed_as_passed_and_xfailed_as_failed():
+    """Two xpassed and one xfailed (unequal, so swapping the two cannot give the same row): the stale
+    xfails ran and matched, the known failure did not."""
+    kinds = ["passed", "xpassed", "xpassed", "xfailed"]
+    results = [CaseResult(f"t{i}", "cos_sin", "tables", s) for i, s in enumerate(kinds)]
+    row = SuiteReport({}, results, [], 0.0).coverage_table().splitlines()[3]
+    assert row == "tables            4         4         3         0         1         0"
+
+
 def test_failure_details_text():
     report = _report()
     report.results[1].reproducer = "rope-ref conformance run -k '^c2$'"

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from rope_ref.hf_config import rope_config_from_hf, rope_configs_from_hf
+from rope_ref import mla
+from rope_ref.hf_config import model_families, rope_config_from_hf, rope_configs_from_hf
 from rope_ref.scaling import Linear, Proportional
 
 _TYPES = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"]
@@ -140,3 +141,14 @@ def test_deepseek_v4_compress_rope_theta_that_disagrees_is_refused():
     flat["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
     with pytest.raises(ValueError, match="compress_rope_theta"):
         rope_config_from_hf(flat, layout="interleaved")
+
+
+def test_deepseek_v4_has_a_rope_part_but_no_nope_part_so_is_not_mla():
+    """transformers' ``models/deepseek_v4/configuration_deepseek_v4.py`` derives ``qk_rope_head_dim`` and has
+    no ``qk_nope_head_dim``: not the DeepSeek-V2/V3 MLA split. Keyed by layer type it is per-layer; flat,
+    plain RoPE."""
+    keyed = _deepseek_v4(160000.0)
+    flat = {**keyed, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
+    assert (model_families(keyed), model_families(flat)) == (("layers",), ("rope",))
+    with pytest.raises(ValueError, match="'qk_nope_head_dim': not an MLA"):
+        mla.from_hf(keyed)
