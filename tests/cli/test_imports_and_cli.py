@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from fresh_interpreter import modules_loaded_by
 
 import rope_ref
 from rope_ref.cli import main
-from rope_ref.cli.common import parse_positions
+from rope_ref.cli.common import MAX_POSITIONS, parse_positions
 
 
 def test_import_rope_ref_loads_no_heavy_library():
@@ -44,6 +45,19 @@ def test_parse_positions():
     assert parse_positions("0:4,255,256").tolist() == [0, 1, 2, 3, 255, 256]
     assert parse_positions("0:10:5").tolist() == [0, 5]
     np.testing.assert_array_equal(parse_positions("0.5,-1"), [0.5, -1.0])
+
+
+def test_parse_positions_limit_counts_a_default_step_of_one():
+    # 'a:b' steps by 1: 0:MAX gives exactly MAX values (allowed), 0:MAX+1 one too many (refused).
+    assert parse_positions(f"0:{MAX_POSITIONS}").size == MAX_POSITIONS
+    with pytest.raises(ValueError, match=f"more than {MAX_POSITIONS} values"):
+        parse_positions(f"0:{MAX_POSITIONS + 1}")
+
+
+@pytest.mark.parametrize("token", ["0:4:0", "3:1:0.0", "0:4:-0"])
+def test_parse_positions_zero_step_is_a_parse_error(token):
+    with pytest.raises(ValueError, match=f"cannot parse '{token}'"):
+        parse_positions(token)
 
 
 def test_one_top_level_name_with_mapped_subpackages():

@@ -343,10 +343,15 @@ def test_attention_rotates_q_and_k_with_one_table_under_length_dependent_scaling
         ({"mask": np.ones((3, 5), dtype=np.int64)}, TypeError, "mask must be boolean or floating-point"),
         ({"mask": np.ones((4, 5), dtype=bool)}, ValueError, r"mask of shape \(4, 5\) does not broadcast"),
         ({"mask": np.array([[0.0] * 5, [-np.inf] * 5, [0.0] * 5])}, ValueError, "no finite score"),
+        ({"mask": np.array([[True] * 5, [False] * 5, [True] * 5])}, ValueError, "no key to attend to"),
+        ({"mask": np.array([[True], [True], [False]])}, ValueError, "no key to attend to"),
         ({"q": np.zeros(8), "qp": 0}, ValueError, "at least 2 dimensions"),
         ({"v": np.zeros(5)}, ValueError, "at least 2 dimensions"),
     ],
-    ids=["v-short", "v-long", "int-mask", "mask-shape", "all-minus-inf-row", "q-1d", "v-1d"],
+    ids=[
+        "v-short", "v-long", "int-mask", "mask-shape", "all-minus-inf-row", "all-false-row",
+        "all-false-row-after-broadcast", "q-1d", "v-1d",
+    ],
 )
 def test_attention_refuses_bad_shapes_and_masks(change, exc, match):
     cfg = RopeConfig(8, layout="half", rotary_dim=6)

@@ -408,3 +408,56 @@ def test_exact_line_tells_position_zero_from_a_pass_through_channel(row, channel
         assert_rope_close(y, x, pos, cfg, precision="float64")
     msg = str(info.value)
     assert kind in msg and "1 of 192 elements out of tolerance, all of them exact elements" in msg
+
+
+@pytest.mark.parametrize(("times", "named"), [(3.5, True), (4.5, False), (30.0, False)])
+def test_explain_names_a_candidate_only_within_four_times_the_tolerance(times, named):
+    """EXPLAIN_SLACK is 4: one element off by ``times`` its own tolerance is named only when times <= 4."""
+    cfg = rope_ref.RopeConfig(8, layout="half")
+    x = np.random.default_rng(2).standard_normal((6, 8))
+    pos = np.arange(1.0, 7.0) * 5
+    policy = rope_ref.testing.precision_policy("float32")
+    candidate = rope_ref.testing._builder(x, "apply", {}, None)(cfg, pos + 2)
+    case, name = candidate()
+    tol = rope_ref.tolerance.element_tolerance(case, name, policy).tol
+    got = np.array(case.expected[name], dtype=np.float64)
+    got[3, 1] += times * tol[3, 1]
+    expected = "shifted (matches the oracle run with that mistake)" if named else "the pattern"
+    assert diagnoses.explain(got, policy, [("shifted", candidate)], "the pattern") == expected
+
+
+@pytest.mark.parametrize("start", [1, 40])
+def test_a_correct_rotation_is_not_offered_as_a_shift_of_zero(start):
+    """The shift estimated from a correct output is 0: no 'positions shifted by +0' candidate; a real
+    shift of 3 still gives one (the control)."""
+    cfg = rope_ref.RopeConfig(16, layout="half")
+    x = np.random.default_rng(3).standard_normal((12, 16))
+    pos = np.arange(start, start + 12.0)
+    build = rope_ref.testing._builder(x, "apply", {}, None)
+
+    def labels(got):
+        return [lab for lab, _ in diagnoses.common_bug_candidates(x, got, pos, cfg, None, build, 1.0, None)]
+
+    assert not [lab for lab in labels(rope_ref.apply(x, pos, cfg)) if "shifted" in lab]
+    assert any(lab.startswith("positions shifted by +3") for lab in labels(rope_ref.apply(x, pos + 3, cfg)))
+    cos, sin = rope_ref.cos_sin(pos, cfg)
+    n = cfg.rotary_dim // 2
+    tables = diagnoses.table_bug_candidates(cos[..., :n], sin[..., :n], pos, cfg, None, build)
+    assert not [lab for lab, _ in tables if "shifted" in lab]
+
+
+def test_a_stale_cache_is_offered_only_where_the_frequencies_depend_on_the_length():
+    """With seq_len 5000, dynamic NTK (original 64) rescales its frequencies: a stale cache is a candidate;
+    an unscaled config and linear scaling have one table for every length: it is not."""
+    x = np.random.default_rng(5).standard_normal((6, 16))
+    pos = np.arange(6.0)
+    build = rope_ref.testing._builder(x, "apply", {}, None)
+    wrong = rope_ref.apply(x, pos + 1, rope_ref.RopeConfig(16, layout="half"))
+
+    def stale(cfg) -> bool:
+        found = diagnoses.common_bug_candidates(x, wrong, pos, cfg, 5000, build, 1.0, None)
+        return any(label.startswith("a stale cache") for label, _ in found)
+
+    assert stale(rope_ref.RopeConfig(16, layout="half", scaling=rope_ref.scaling.DynamicNTK(2.0, 64)))
+    assert not stale(rope_ref.RopeConfig(16, layout="half"))
+    assert not stale(rope_ref.RopeConfig(16, layout="half", scaling=rope_ref.scaling.Linear(4.0)))

@@ -128,3 +128,11 @@ def test_cos_sin_error_is_position_independent():
     for i in (0, 1, 17, 63):
         c, s = _reference(m, float(theta[i]))
         assert _ulp_error(float(cos[0, i]), c) < 1.0 and _ulp_error(float(sin[0, i]), s) < 1.0
+
+
+@pytest.mark.parametrize(("m", "theta"), [(-0.0, 0.5), (0.0, -0.25), (-3.0, 0.0), (-0.0, 0.0), (0.0, 0.0)])
+def test_zero_angle_keeps_the_sign_of_its_zero(m, theta):
+    """sin(+-0) = +-0 (IEEE-754 and mpmath): the zero product m * theta keeps its sign, cos is 1."""
+    cos, sin = cos_sin_of_product(np.array([m]), np.array([theta]))
+    negative = (m < 0 or np.signbit(m)) != (theta < 0 or np.signbit(theta))
+    assert cos[0] == 1.0 and sin[0] == 0.0 and bool(np.signbit(sin[0])) == negative

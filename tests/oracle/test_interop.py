@@ -7,6 +7,7 @@ never through rope_ref's converter), from hand-written values, or from explicit 
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -42,6 +43,17 @@ def test_torch_float_dtypes_convert_exactly(dtype):
     expected = [float(v) for v in t.to(torch.float64)]  # widening in torch is exact
     assert arr.astype(np.float64).tolist() == expected
     assert arr.dtype == (np.float32 if dtype == "bfloat16" else np.dtype(dtype))
+
+
+def test_torch_bfloat16_outside_float16_range_converts_exactly():
+    """bfloat16 has float32's exponent range: values float16 cannot hold (2**20, 2**-30, a subnormal-in-
+    float16 2**-20 * 1.0078125, bfloat16's largest finite) come back bit for bit (value = bits << 16)."""
+    bits = [0x4980, 0x3080, 0x3581, 0xFF7F]
+    t = torch.tensor(np.array(bits, dtype=np.uint16).view(np.int16)).view(torch.bfloat16)
+    expected = [struct.unpack("<f", struct.pack("<I", b << 16))[0] for b in bits]
+    assert expected[:3] == [2.0**20, 2.0**-30, 2.0**-20 * 1.0078125]
+    assert expected[3] == -(2 - 2**-7) * 2.0**127
+    assert foreign_to_numpy(t, "x").astype(np.float64).tolist() == expected
 
 
 def test_torch_integer_positions_keep_integers():

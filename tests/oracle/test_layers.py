@@ -111,3 +111,14 @@ def test_from_hf_reads_the_nope_interval_and_checks_the_layer_types_length():
              "head_dim": 16, "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}
     with pytest.raises(ValueError, match="layer_types must list num_hidden_layers=4 layer types"):
         layers.from_hf(gemma)
+
+
+@pytest.mark.parametrize(("pattern", "global_layers"), [(3, [2, 5]), (2, [1, 3, 5]), (6, [5])])
+def test_from_hf_reads_gemma3_sliding_window_pattern(pattern, global_layers):
+    """No layer_types: layer i is global (base rope_theta) where (i + 1) % sliding_window_pattern == 0."""
+    gemma = {"model_type": "gemma3_text", "num_hidden_layers": 7, "hidden_size": 64, "num_attention_heads": 4,
+             "head_dim": 16, "rope_theta": 1e6, "rope_local_base_freq": 1e4,
+             "sliding_window_pattern": pattern}
+    model = layers.from_hf(gemma)
+    assert [i for i in range(7) if model.rope(i).base == 1e6] == global_layers
+    assert all(model.rope(i).base == 1e4 for i in range(7) if i not in global_layers)
