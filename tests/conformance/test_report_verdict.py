@@ -82,6 +82,7 @@ def test_a_failing_case_names_the_common_bug(apply_cases, backend, name):
     assert any(r.to_dict().get("diagnosis") for r in report.failures)
 
 
+@pytest.mark.slow  # a child pytest run of the suite: `pytest --full`
 def test_pytest_mode_ends_with_the_coverage_summary(tmp_path):
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     argv += [

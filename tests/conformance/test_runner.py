@@ -361,6 +361,7 @@ def test_select_includes_prerequisites_in_manifest_order():
         select_cases([a, b, c], "-z$")
 
 
+@pytest.mark.slow  # runs the written reproducer in a child: `pytest --full`
 def test_dynamic_ntk_leak_reproducer_reproduces(capsys, tmp_path, broken_on_path):
     """The printed one-line reproducer of the state-leak failure fails again on its own."""
     spec = "broken_backends:DynamicNTKLeak"

@@ -158,7 +158,7 @@ def test_missing_vllm_is_one_line_saying_how_to_get_it(monkeypatch):
     assert not ok and "peers/envs/vllm.sh" in why and "\n" not in why
 
 
-@pytest.mark.parametrize("flavour", ["cpu", "native"])
+@pytest.mark.parametrize("flavour", ["cpu", pytest.param("native", marks=pytest.mark.slow)])
 def test_glue_passes_against_a_correct_fake(monkeypatch, flavour):
     _install(monkeypatch)
     report = _run(flavour)
