@@ -12,6 +12,7 @@ way up the floors (the command line and the backend registry are the house's fro
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,12 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     return {name: imports_of(name, path, known) for name, path in modules.items()}
 
 
+@functools.cache
+def _tree_graph() -> dict[str, set[str]]:
+    """The import graph of this tree, read once per test process (the tests below read it seven times)."""
+    return import_graph()
+
+
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}
@@ -178,16 +185,16 @@ def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
 
 
 def test_no_import_circle():
-    found = circles(import_graph())
+    found = circles(_tree_graph())
     assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
 def test_no_upward_import():
-    found = upward_arrows(import_graph())
+    found = upward_arrows(_tree_graph())
     assert not found, "imports that run up a floor:\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize("room", sorted(FLOORS))
 def test_every_room_is_read(room):
     """A room with no module would make the two tests above pass vacuously."""
-    assert any(room_of(m) == room for m in import_graph())
+    assert any(room_of(m) == room for m in _tree_graph())

@@ -120,6 +120,7 @@ garbage = st.one_of(
 )
 
 
+@pytest.mark.slow  # a hypothesis fuzz of every argument: `pytest --full`
 @given(x=garbage, positions=garbage, head_dim=garbage, rotary_dim=garbage, base=garbage, layout=garbage)
 def test_garbage_only_ever_raises_value_or_type_error(x, positions, head_dim, rotary_dim, base, layout):
     try:

@@ -201,7 +201,7 @@ def test_a_planted_mistake_fails_the_suite():
     assert any(r.status == "failed" for r in bad.results)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("fp16", marks=pytest.mark.slow)])
 def test_verdicts_match_the_findings(precision, monkeypatch):
     """Every failure explained by peers/findings/llama.cpp.toml, and no stale finding."""
     from shipped_golden import shipped_cases
