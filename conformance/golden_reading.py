@@ -12,6 +12,7 @@ one file's tensors are held at once; :func:`load_golden` returns all cases, chec
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import stat
@@ -247,7 +248,7 @@ def _case(entry: dict[str, Any], groups: dict[str, dict]) -> Case:
     return Case(
         id=entry["id"],
         op=entry["op"],
-        config=entry["config"],
+        config=copy.deepcopy(entry["config"]),  # nested (a scaling dict): the case's own, like params
         inputs=groups["inputs"],
         expected=groups["expected"],
         bug_class=entry["bug_class"],

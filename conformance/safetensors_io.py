@@ -43,8 +43,9 @@ __all__ = [
     "loads_bounded",
 ]
 
-#: Tensor names we write and accept in golden files (safetensors itself allows any string).
-TENSOR_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+#: Tensor names we write and accept in golden files (safetensors itself allows any string); \Z, not $,
+#: which also matches before a trailing newline.
+TENSOR_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 #: NumPy dtype name -> safetensors dtype code (BF16 is read-only: NumPy has no bfloat16).
 NUMPY_TO_ST = {

@@ -186,10 +186,15 @@ class Workspace:
         if mutant.equivalent:
             out.result, out.detail = "equivalent", mutant.equivalent
             return out
-        if tests and not baselines.passes(mutant.module, tests, self):
+        mutated = original.replace(mutant.old, mutant.new)
+        try:
+            compile(mutated, mutant.module, "exec")
+        except SyntaxError as error:  # a mutant is a plausible edit: one that cannot compile measures nothing
+            out.detail = f"the mutated {mutant.module} does not compile: {error.msg} (line {error.lineno})"
+            return out
+        if tests and not baselines.passes(("list", mutant.module), tests, False, self):
             out.detail = f"{mutant.module}'s tests fail on the unmutated code"
             return out
-        mutated = original.replace(mutant.old, mutant.new)
         path.write_text(mutated, encoding="utf-8")
         try:
             stages = [("subset", tests, False)] if tests else []
@@ -204,7 +209,7 @@ class Workspace:
             for stage, args, xdist in stages:
                 if stage != "subset":  # that part's own baseline, once, on the unmutated copy
                     path.write_text(original, encoding="utf-8")
-                    ok = baselines.passes(None if stage == "suite" else f"room {room}", args, self)
+                    ok = baselines.passes((stage, room if stage == "room" else None), args, xdist, self)
                     path.write_text(mutated, encoding="utf-8")
                     if not ok:
                         out.result, out.detail = "stale", f"the unmutated {' '.join(args)} fails"
@@ -227,25 +232,28 @@ class Workspace:
 
 
 class Baselines:
-    """Whether each list's tests (and the whole quick suite, key ``None``) pass on the unmutated code, each
-    run once, the first time a mutant needs it, in the workspace of the worker that asks (unmutated then)."""
+    """Whether each list's tests, each room's tests folder and the whole quick suite pass on the unmutated
+    code, each run once, the first time a mutant needs it, in the workspace of the worker that asks (unmutated
+    then). Keys: ``("list", module)``, ``("room", folder)``, ``("suite", None)``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._locks: dict = {}
         self._done: dict = {}
 
-    def passes(self, module: str | None, tests: list[str], space: Workspace) -> bool:
+    def passes(self, key: tuple[str, str | None], tests: list[str], xdist: bool, space: Workspace) -> bool:
         with self._lock:
-            lock = self._locks.setdefault(module, threading.Lock())
+            lock = self._locks.setdefault(key, threading.Lock())
         with lock:
-            if module not in self._done:
-                rc, tail, _ = space.pytest(tests, module is None or module.startswith("room "))
-                self._done[module] = rc == 0
+            if key not in self._done:
+                rc, tail, _ = space.pytest(tests, xdist)
+                self._done[key] = rc == 0
                 if rc != 0:
-                    what = "the quick suite" if module is None else f"{module}'s tests"
+                    kind, name = key
+                    what = {"list": f"{name}'s tests", "room": f"the tests in {name}"}.get(kind)
+                    what = what or "the quick suite"
                     print(f"baseline: {what} fail on the unmutated code (exit {rc})\n{tail}", flush=True)
-            return self._done[module]
+            return self._done[key]
 
 
 def decided_in(output: str, later_stages: bool = False) -> set[str]:

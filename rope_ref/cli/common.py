@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
-from ..config import LAYOUTS, RopeConfig
 from ..hf_config import MAX_CONFIG_BYTES, read_config_file
 
 __all__ = [
     "parse_positions",
-    "add_config_arguments",
-    "config_from_args",
     "read_json_config",
     "MAX_POSITIONS",
     "MAX_CONFIG_BYTES",
@@ -63,20 +58,3 @@ def read_json_config(path: str, argument: str = "--hf-config") -> dict:
     ``ValueError`` naming the argument and the file (:func:`rope_ref.hf_config.read_config_file`).
     """
     return read_config_file(path, argument)
-
-
-def add_config_arguments(parser: argparse.ArgumentParser, *, layout_required: bool = True) -> None:
-    parser.add_argument("--head-dim", type=int, required=True, help="head dimension (even)")
-    parser.add_argument("--layout", choices=LAYOUTS, required=layout_required, help="channel pairing")
-    parser.add_argument("--rotary-dim", type=int, default=None, help="rotated channels (default: head dim)")
-    parser.add_argument("--base", type=float, default=10000.0, help="RoPE base theta (default 10000)")
-
-
-def config_from_args(args: argparse.Namespace, scaling=None) -> RopeConfig:
-    return RopeConfig(
-        args.head_dim,
-        layout=args.layout or "half",
-        rotary_dim=args.rotary_dim,
-        base=args.base,
-        scaling=scaling,
-    )

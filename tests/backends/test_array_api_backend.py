@@ -298,3 +298,180 @@ def test_unavailable_jax_policy_is_a_skip_and_other_namespaces_still_fail(monkey
         _backend("jax.numpy")
     with pytest.raises(BackendUnavailable):
         _backend("numpy")
+
+
+# -- the backend's own pieces, called directly ------------------------------------------------------------
+
+DYNAMIC = rope_ref.RopeConfig(12, layout="half", scaling=rope_ref.scaling.DynamicNTK(3.0, 16))
+YARN = rope_ref.RopeConfig(8, layout="interleaved", scaling=rope_ref.scaling.YaRN(4.0, 64))
+YARN_FACTOR = 0.1 * math.log(4.0) + 1.0  # YaRN eq. 22 (Peng et al. 2023): sqrt(1/t) = 0.1 ln s + 1
+
+
+def test_make_backend_defaults_name_version_and_policy():
+    from rope_ref.backends.array_api import KERNEL_OPS, make_backend
+
+    b = make_backend()
+    assert b.name == "array-api:numpy" and b.version == np.__version__ and b.device == "cpu"
+    assert (b.precision.io_dtype, b.precision.angle_dtype, b.precision.compute_dtype) == (
+        "float32",
+        "float64",
+        "float32",
+    )
+    assert b.io_dtype == np.float32 and b.angle_dtype == np.float64
+    assert b.inplace_ops == KERNEL_OPS and b.inplace is False
+    half = make_backend("fp16", namespace="numpy")
+    assert (half.precision.io_dtype, half.precision.compute_dtype) == ("float16", "float16")
+
+
+def test_immutable_namespaces_get_no_inplace_ops(monkeypatch):
+    from rope_ref.backends import array_api
+
+    monkeypatch.setattr(array_api, "mutable_namespace", lambda xp, device: False)
+    assert array_api.make_backend("fp64").inplace_ops == frozenset()
+
+
+def test_make_backend_refusals_name_the_cause():
+    from rope_ref.backends.array_api import available, make_backend
+
+    with pytest.raises(ValueError, match=r"array-api backend: unknown options \['colour', 'speed'\]"):
+        make_backend("fp32", speed=1, colour="red")
+    with pytest.raises(
+        BackendUnavailable, match=r"array-api:no_such_xyz_lib: cannot import 'no_such_xyz_lib'"
+    ):
+        make_backend("fp32", namespace="no_such_xyz_lib")
+    with pytest.raises(BackendUnavailable, match="array-api:numpy has no bfloat16 on device cpu"):
+        make_backend("bf16", namespace="numpy")
+    assert available() == (True, "")
+    assert available("numpy") == (True, "")
+    ok, why = available("no_such_xyz_lib")
+    assert not ok and why.startswith("array-api:no_such_xyz_lib: cannot import 'no_such_xyz_lib'")
+
+
+def test_from_numpy_copies_keeps_zero_d_and_rounds_on_the_host():
+    from rope_ref.backends.array_api import make_backend
+
+    b = make_backend("fp64")
+    src = np.array([1.0, 2.0, 3.0])
+    plain, typed = b.from_numpy(src), b.from_numpy(src, "float64")
+    src[0] = 99.0  # neither conversion may alias the caller's array
+    assert plain.tolist() == [1.0, 2.0, 3.0] and typed.tolist() == [1.0, 2.0, 3.0]
+    offset = b.from_numpy(np.array(7))
+    assert offset.shape == () and int(offset) == 7 and offset.dtype == np.int64
+    f16 = b.from_numpy(np.array([1.0 + 2.0**-12, 3.0 + 2.0**-10]), "fp16")
+    assert f16.dtype == np.float16 and f16.tolist() == [1.0, 3.0]
+    with pytest.raises(ValueError, match="array-api:numpy has no bf16 on device cpu"):
+        b.from_numpy(src, "bf16")
+    assert b.to_numpy(src) is src
+
+
+def test_from_numpy_bfloat16_goes_through_float32():
+    torch = pytest.importorskip("torch")
+    from rope_ref.backends.array_api import make_backend
+
+    b = make_backend("bf16", namespace="torch")
+    # exact in float32; rounded in bfloat16; 70000 overflows float16 (bfloat16 has float32's range)
+    vals = np.array([1.0 + 2.0**-9, 3.0 + 2.0**-8, -1.5, 70000.0])
+    got = b.from_numpy(vals, "bfloat16")
+    assert got.dtype == torch.bfloat16
+    assert (
+        got.tolist()
+        == torch.tensor(vals, dtype=torch.float32).to(torch.bfloat16).tolist()
+        == [1.0, 3.0, -1.5, 70144.0]
+    )
+    assert b.to_numpy(got.float()).dtype == np.float32
+
+
+def test_seq_len_rule_at_the_helper():
+    """HF's dynamic rule: explicit seq_len wins; else floor(max) + 1, at least 1; None without positions."""
+    from rope_ref.backends.array_api import make_backend
+
+    b = make_backend("fp64")
+    xp = b.xp
+    assert b._seq_len(xp, np.array([2.5, 7.9, 3.0]), DYNAMIC, None) == 8
+    assert b._seq_len(xp, np.array([-6.0, -2.0]), DYNAMIC, None) == 1
+    assert b._seq_len(xp, np.zeros(0), DYNAMIC, None) is None
+    assert b._seq_len(xp, np.array([2.0]), DYNAMIC, 40) == 40
+    assert b._seq_len(xp, np.array([500.0]), CONFIGS["half"], None) is None
+    with pytest.raises(ValueError, match="seq_len"):
+        b._seq_len(xp, np.array([2.0]), DYNAMIC, 0)
+
+
+def test_explicit_seq_len_reaches_apply_vjp_and_cos_sin():
+    """Dynamic NTK (factor 3, original 16): a seq_len of 200 stretches the base; positions <= 9 alone would
+    not. Expected values: the float64 oracle with the same seq_len."""
+    from rope_ref.backends.array_api import make_backend
+
+    b = make_backend("fp64")
+    rng = np.random.default_rng(21)
+    x, g = rng.standard_normal((5, 12)), rng.standard_normal((5, 12))
+    pos = np.array([0, 2, 5, 9, 4])
+    for n in (None, 200):
+        np.testing.assert_allclose(
+            b.apply(x, pos, DYNAMIC, n), rope_ref.apply(x, pos, DYNAMIC, seq_len=n), atol=1e-13
+        )
+        np.testing.assert_allclose(
+            b.apply_vjp(x, pos, DYNAMIC, g, n), rope_ref.apply(g, -pos, DYNAMIC, seq_len=n), atol=1e-13
+        )
+        c, s = b.cos_sin(pos, DYNAMIC, n)
+        rc, rs = rope_ref.cos_sin(pos, DYNAMIC, seq_len=n)
+        np.testing.assert_allclose(c, rc, atol=1e-14)
+        np.testing.assert_allclose(s, rs, atol=1e-14)
+    assert not np.allclose(b.apply(x, pos, DYNAMIC, 200), b.apply(x, pos, DYNAMIC))
+    np.testing.assert_allclose(b.inv_freq(DYNAMIC, 200), rope_ref.inv_freq(DYNAMIC, 200), rtol=1e-15)
+
+
+def test_attention_factor_scales_every_position_including_zero():
+    """YaRN's factor multiplies cos and sin, so position 0 gives A x, not x (the identity shortcut is
+    only for a factor of 1)."""
+    from rope_ref.backends.array_api import make_backend
+
+    b = make_backend("fp64")
+    assert math.isclose(b.attention_factor(YARN), YARN_FACTOR, rel_tol=1e-15)
+    x = np.arange(1.0, 17.0).reshape(2, 8)
+    y = b.apply(x, np.array([0, 0]), YARN)
+    np.testing.assert_allclose(y, YARN_FACTOR * x, rtol=1e-15)
+    c, s = b.cos_sin(np.array([0, 3]), YARN)
+    np.testing.assert_allclose(c[0], np.full(4, YARN_FACTOR), rtol=1e-15)
+    np.testing.assert_allclose(np.hypot(c, s), YARN_FACTOR, rtol=1e-14)
+
+
+def test_positions_as_a_python_list_and_a_leading_batch_axis():
+    from rope_ref.backends.array_api import make_backend
+
+    b = make_backend("fp64")
+    cfg = CONFIGS["interleaved-partial"]
+    x = np.random.default_rng(22).standard_normal((2, 3, 10))
+    want = _loop_apply(x.reshape(6, 10), np.array([4, 11, 30] * 2), cfg).reshape(2, 3, 10)
+    np.testing.assert_allclose(b.apply(x, [4, 11, 30], cfg), want, atol=1e-13)
+    np.testing.assert_allclose(b.apply(x, np.array([4, 11, 30]), cfg), want, atol=1e-13)
+
+
+def test_rotate_refuses_bad_shapes_naming_them():
+    from rope_ref.backends.array_api import make_backend
+
+    b = make_backend("fp64")
+    cfg = CONFIGS["half"]
+    with pytest.raises(ValueError, match=r"x.shape\[-1\] must equal head_dim=8, got x.shape=\(3, 6\)"):
+        b.apply(np.zeros((3, 6)), np.arange(3), cfg)
+    with pytest.raises(ValueError, match=r"head_dim=8, got x.shape=\(\)"):
+        b.apply(np.zeros(()), np.arange(1), cfg)
+    with pytest.raises(
+        ValueError, match=r"positions of shape \(4,\) do not broadcast against x.shape\[:-1\] = \(3,\)"
+    ):
+        b.apply(np.zeros((3, 8)), np.arange(4), cfg)
+    with pytest.raises(ValueError, match=r"positions of shape \(2,\)"):
+        b.apply_vjp(np.zeros((3, 8)), np.arange(2), cfg, np.zeros((3, 8)))
+
+
+def test_float32_device_rounds_the_table_once():
+    xps = pytest.importorskip("array_api_strict")
+    from rope_ref.backends.array_api import make_backend
+
+    b = make_backend("fp32", namespace="array_api_strict", device="no_float64")
+    cfg = rope_ref.RopeConfig(8, layout="half", base=300.0)
+    dev = xps.Device("no_float64")
+    assert b.from_numpy(np.ones(3), "float32").device == dev and b.from_numpy(np.arange(3)).device == dev
+    freqs = b.inv_freq(cfg)
+    assert freqs.dtype == xps.float32 and freqs.device == dev
+    host = freqs.to_device(xps.Device("CPU_DEVICE"))
+    assert np.array_equal(np.asarray(host), np.array([300.0 ** (-i / 4) for i in range(4)], dtype=np.float32))

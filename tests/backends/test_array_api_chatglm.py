@@ -89,3 +89,35 @@ def test_head_dim_and_precision_are_checked(precision):
             b.chatglm_apply_2d(np.ones((3, width)), ids, ids, base=10000.0, precision=precision)
     with pytest.raises(ValueError, match="precision must be 'float64' or 'chatglm-6b-fp16', got 'float16'"):
         b.chatglm_apply_2d(np.ones((3, 8)), ids, ids, base=10000.0, precision="float16")
+
+
+def test_position_ids_of_empty_rows():
+    """No tokens: an empty batch gives empty ids; rows of length 0 have no bos (the argmax of nothing is
+    never taken)."""
+    b = backend("numpy")
+    empty = b.chatglm_position_ids(np.zeros((0, 0), dtype=np.int64), position_encoding_2d=True, **TOKENS)
+    assert empty.shape == (0, 2, 0)
+    with pytest.raises(ValueError, match="input_ids row 0 has no bos"):
+        b.chatglm_position_ids(np.zeros((2, 0), dtype=np.int64), position_encoding_2d=True, **TOKENS)
+
+
+def test_fp16_path_broadcasts_ids_over_leading_axes():
+    b = backend("numpy")
+    x = np.random.default_rng(7).standard_normal((2, 3, 16))
+    pos, blk = np.array([0, 5, 300]), np.array([2, 0, 1])
+    got = b.chatglm_apply_2d(x, pos, blk, base=10000.0, precision="chatglm-6b-fp16")
+    assert got.shape == x.shape and got.dtype == np.float16
+    for i in range(2):
+        want = released_fp16(x[i], pos, blk, 10000.0)
+        np.testing.assert_allclose(got[i].astype(np.float64), want.astype(np.float64), rtol=0,
+                                   atol=fp16_tolerance(want))  # fmt: skip
+
+
+def test_fp16_path_needs_a_float16_and_a_head():
+    b = backend("array_api_strict")
+    xps = b.xp
+    ids = xps.asarray([0, 1])
+    with pytest.raises(NotImplementedError, match="has no float16, needed by precision='chatglm-6b-fp16'"):
+        b.chatglm_apply_2d(xps.ones((2, 8)), ids, ids, base=10000.0, precision="chatglm-6b-fp16")
+    with pytest.raises(ValueError, match=r"positive multiple of 4, got \(\)"):
+        b.chatglm_apply_2d(xps.asarray(1.0), ids, ids, base=10000.0, precision="float64")

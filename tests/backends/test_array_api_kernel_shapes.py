@@ -428,6 +428,11 @@ def test_inplace_only_where_views_take_writes():
     with pytest.raises(Unsupported) as info:
         b.apply_axes(x, CFGS["half"], axes="bshd", positions=0, inplace=True)
     assert info.value.reason == "operation"
+    assert str(info.value).startswith("array-api:numpy: apply_axes in place needs mutable arrays")
+    b.inplace_ops = frozenset({"apply_axes"})  # each operation is looked up on its own
+    with pytest.raises(Unsupported, match="apply_qk in place"):
+        b.apply_qk(x, x, CFGS["half"], axes="bshd", positions=0, inplace=True)
+    assert b.apply_axes(x, CFGS["half"], axes="bshd", positions=0, inplace=True) is x
 
 
 def test_inplace_refuses_a_read_only_array():
@@ -436,6 +441,30 @@ def test_inplace_refuses_a_read_only_array():
     x.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         b.apply_axes(x, CFGS["half"], axes="bshd", positions=0, inplace=True)
+    # refused by the flag check itself, naming the array (not by NumPy's later failed write)
+    with pytest.raises(ValueError, match="^inplace=True needs a writeable array, but x is read-only$"):
+        b.apply_axes(x, CFGS["half"], axes="bshd", positions=0, inplace=True)
+    q = np.zeros((2, 3, 2, 8))
+    with pytest.raises(ValueError, match="^inplace=True needs a writeable array, but k is read-only$"):
+        b.apply_qk(q, x, CFGS["half"], axes="bshd", positions=0, inplace=True)
+    assert not q.any()
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_explicit_seq_len_reaches_the_tables(ns):
+    """Dynamic NTK (original 16): positions below 16 alone leave the base as is; seq_len=200 stretches it,
+    in every kernel-shape operation. Expected values: the oracle with the same seq_len."""
+    b, cfg = backend(ns), DYNAMIC
+    x = rng(9).standard_normal(SHAPES["bshd"])
+    pos = np.arange(18).reshape(2, 9) % 7
+    y = b.apply_axes(b.from_numpy(x, "float64"), cfg, axes="bshd", positions=pos, seq_len=200)
+    want = rope_ref.apply(x, pos[:, :, None].astype(np.float64), cfg, axes="bshd", seq_len=200)
+    np.testing.assert_allclose(host(b, y), want, rtol=0, atol=1e-13)
+    assert not np.allclose(want, rope_ref.apply(x, pos[:, :, None].astype(np.float64), cfg, axes="bshd"))
+    q, k = b.apply_qk(b.from_numpy(x, "float64"), b.from_numpy(x[:, :, :1], "float64"), cfg, axes="bshd",
+                      positions=pos, seq_len=200)  # fmt: skip
+    np.testing.assert_allclose(host(b, q), want, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(host(b, k), want[:, :, :1], rtol=0, atol=1e-13)
 
 
 # -- inverse and round trip --------
@@ -488,65 +517,138 @@ def bad_calls(b):
         return lambda: b.apply_axes(x, cfg, axes="bshd", offset=value)
 
     return [
-        ("decreasing", thd(a(np.array([0, 5, 3, 9]))), "cu_seqlens must be non-decreasing"),
-        ("not-from-0", thd(a(np.array([1, 5, 9]))), "cu_seqlens must start at 0"),
-        ("last-not-T", thd(a(np.array([0, 5, 8]))), r"cu_seqlens\[-1\]"),
-        ("float-cu", thd(a(np.array([0.0, 9.0]))), "cu_seqlens must hold integers"),
-        ("2d-cu", thd(a(np.array([[0, 9]]))), "cu_seqlens must be 1-D"),
+        ("decreasing", thd(a(np.array([0, 5, 3, 9]))), r"non-decreasing, got 5 then 3 at 1"),
+        ("not-from-0", thd(a(np.array([1, 5, 9]))), r"cu_seqlens must start at 0, got \[1, 5, 9\]"),
+        ("last-not-T", thd(a(np.array([0, 5, 8]))), r"cu_seqlens\[-1\] = 8 must equal .* = 9"),
+        ("float-cu", thd(a(np.array([0.0, 9.0]))), r"cu_seqlens must hold integers, got dtype"),
+        ("2d-cu", thd(a(np.array([[0, 9]]))), r"cu_seqlens must be 1-D .* \(1, 2\)"),
         (
             "cu-on-bshd",
             lambda: b.apply_axes(x, cfg, axes="bshd", cu_seqlens=a(np.array([0, 5]))),
-            "cu_seqlens",
+            r"cu_seqlens needs packed tokens .* axes='bshd'",
         ),
-        ("max_seqlen", thd(a(np.array([0, 4, 9])), max_seqlen=4), "max_seqlen"),
-        ("starts-neg", thd(a(np.array([0, 9])), start_offsets=a(np.array([-1]))), "start_offsets"),
-        ("starts-count", thd(a(np.array([0, 4, 9])), start_offsets=a(np.array([1]))), "start_offsets"),
-        ("starts-float", thd(a(np.array([0, 9])), start_offsets=1.5), "start_offsets"),
+        ("max_seqlen", thd(a(np.array([0, 4, 9])), max_seqlen=4), r"max_seqlen = 4 is shorter .* \(5\)"),
+        (
+            "starts-neg",
+            thd(a(np.array([0, 9])), start_offsets=a(np.array([-1]))),
+            r"start_offsets must be >= 0 .* -1",
+        ),
+        (
+            "starts-count",
+            thd(a(np.array([0, 4, 9])), start_offsets=a(np.array([1]))),
+            r"start_offsets must .* 2 entries, got shape \(1,\)",
+        ),
+        ("starts-float", thd(a(np.array([0, 9])), start_offsets=1.5), r"start_offsets must hold integers"),
         (
             "starts-alone",
             lambda: b.apply_axes(t, cfg, axes="thd", positions=0, start_offsets=1),
-            "start_offsets",
+            r"start_offsets goes with cu_seqlens",
         ),
-        ("heads", lambda: b.apply_qk(x, x[:, :, :3, :], cfg, axes="bshd", positions=0), "heads"),
-        ("axes-ndim", lambda: b.apply_axes(x, cfg, axes="thd", positions=0), "axes"),
-        ("axes-letters", lambda: b.apply_axes(x, cfg, axes="bsxd", positions=0), "axes"),
-        ("qk-no-h", lambda: b.apply_qk(t, t, cfg, axes="bsd", positions=0), "no head axis"),
-        ("offset-float", off(1.5), "offset"),
-        ("offset-neg", off(-1), "offset"),
-        ("offset-bool", off(True), "offset"),
-        ("offset-neg-array", off(a(np.array([1, -2]))), "offset"),
-        ("offset-float-array", off(a(np.array([1.0, 2.0]))), "offset"),
-        ("offset-batch", off(a(np.array([1, 2, 3]))), "offset"),
-        ("offset-2d", off(a(np.array([[1, 2]]))), "offset"),
-        ("offset-no-b", lambda: b.apply_axes(t, cfg, axes="thd", offset=a(np.array([1, 2]))), "offset"),
+        (
+            "heads",
+            lambda: b.apply_qk(x, x[:, :, :3, :], cfg, axes="bshd", positions=0),
+            r"k heads \(3\) must divide q heads \(4\)",
+        ),
+        (
+            "axes-ndim",
+            lambda: b.apply_axes(x, cfg, axes="thd", positions=0),
+            r"axes='thd' names 3 axes but x has 4",
+        ),
+        (
+            "axes-letters",
+            lambda: b.apply_axes(x, cfg, axes="bsxd", positions=0),
+            r"axes='bsxd' has unknown letters \['x'\]",
+        ),
+        (
+            "qk-no-h",
+            lambda: b.apply_qk(t, t, cfg, axes="bsd", positions=0),
+            r"axes='bsd' has no head axis 'h'",
+        ),
+        ("offset-float", off(1.5), r"offset must hold integers, got dtype"),
+        ("offset-neg", off(-1), r"offset must be >= 0 \(a cache offset\), got -1"),
+        ("offset-bool", off(True), r"offset must be an integer or an integer array, got True"),
+        ("offset-neg-array", off(a(np.array([1, -2]))), r"offset must be >= 0 \(a cache offset\), got -2"),
+        ("offset-float-array", off(a(np.array([1.0, 2.0]))), r"offset must hold integers, got dtype"),
+        ("offset-batch", off(a(np.array([1, 2, 3]))), r"offset has 3 entries but x has batch 2"),
+        ("offset-2d", off(a(np.array([[1, 2]]))), r"offset must be a scalar or 1-D .* \(1, 2\)"),
+        (
+            "offset-no-b",
+            lambda: b.apply_axes(t, cfg, axes="thd", offset=a(np.array([1, 2]))),
+            r"offset of shape \(2,\) is per batch row but axes='thd'",
+        ),
         (
             "qkv-split",
             lambda: b.apply_qkv(x, cfg, axes="bshd", num_heads_q=2, num_heads_kv=2, positions=0),
-            "num_heads_q",
+            r"qkv.shape\[2\] = 4 does not split as num_heads_q \+ 2 \* num_heads_kv = 2 \+ 2 \* 2",
         ),
         (
             "qkv-zero-kv",
             lambda: b.apply_qkv(x, cfg, axes="bshd", num_heads_q=4, num_heads_kv=0, positions=0),
-            "num_heads_kv",
+            r"num_heads_kv must be an int >= 1, got 0",
         ),
-        ("two-forms", lambda: b.apply_axes(x, cfg, axes="bshd", positions=0, offset=1), "exactly one"),
-        ("no-form", lambda: b.apply_axes(x, cfg, axes="bshd"), "exactly one"),
+        (
+            "two-forms",
+            lambda: b.apply_axes(x, cfg, axes="bshd", positions=0, offset=1),
+            r"give exactly one of positions, offset, cu_seqlens; got \['positions', 'offset'\]",
+        ),
+        (
+            "no-form",
+            lambda: b.apply_axes(x, cfg, axes="bshd"),
+            r"give exactly one of positions, offset, cu_seqlens; got none",
+        ),
         (
             "positions-shape",
             lambda: b.apply_axes(x, cfg, axes="bshd", positions=a(np.arange(4))),
-            "positions",
+            r"positions of shape \(4,\) do not fit x of shape \(2, 5, 4, 8\) with axes='bshd': "
+            r"expected \(5,\) per-token ids on axis 's'",
         ),
         (
             "head-dim",
             lambda: b.apply_axes(x, rope_ref.RopeConfig(16, layout="half"), axes="bshd", positions=0),
-            "head_dim",
+            r"x.shape\[-1\] must equal head_dim=16, got x.shape=\(2, 5, 4, 8\)",
+        ),
+        (
+            "hf-ids-batch",
+            lambda: b.apply_axes(x, cfg, axes="bshd", positions=a(np.zeros((3, 5), dtype=np.int64))),
+            r"positions of shape \(3, 5\) do not fit x of shape \(2, 5, 4, 8\) with axes='bshd': "
+            r"expected HF-style \(B, S\) = \(2, 5\) ids",
+        ),
+        (
+            "positions-3d",
+            lambda: b.apply_axes(x, cfg, axes="bshd", positions=a(np.zeros((2, 5, 3), dtype=np.int64))),
+            r"positions of shape \(2, 5, 3\) .* expected a scalar, \(5,\) per-token ids, HF-style",
+        ),
+        (
+            "positions-bool",
+            lambda: b.apply_axes(x, cfg, axes="bshd", positions=True),
+            "positions must be numbers, got True",
+        ),
+        (
+            "x-integer",
+            lambda: b.apply_axes(a(np.zeros((2, 5, 4, 8), dtype=np.int64)), cfg, axes="bshd", positions=0),
+            "x must have a real floating dtype, got (array_api_strict.)?int64",
+        ),
+        (
+            "qk-ndim",
+            lambda: b.apply_qk(x, t, cfg, axes="bshd", positions=0),
+            r"k has 3 axes but q has 4 \(axes='bshd'\)",
+        ),
+        (
+            "qk-dtype",
+            lambda: b.apply_qk(x, a(np.zeros((2, 5, 2, 8)), "float32"), cfg, axes="bshd", positions=0),
+            r"q and k must share dtype and device, got (\w+\.)?float64/.* and (\w+\.)?float32/",
+        ),
+        (
+            "k-head-dim",
+            lambda: b.apply_qk(x, a(np.zeros((2, 5, 2, 6)), "float64"), cfg, axes="bshd", positions=0),
+            r"k.shape\[-1\] must equal head_dim=8, got k.shape=\(2, 5, 2, 6\)",
         ),
         (
             "qk-heads-positions",
             lambda: b.apply_qk(
                 x, x[:, :, :2, :], cfg, axes="bshd", positions=a(np.zeros((2, 5, 4), dtype=np.int64))
             ),
-            "heads",
+            r"positions of shape \(2, 5, 4\) vary over the heads axis 2 \(axes='bshd'\)",
         ),
     ]
 
@@ -569,6 +671,10 @@ def test_flags_must_be_bools(ns):
     x = b.from_numpy(np.zeros((2, 5, 4, 8)), "float64")
     with pytest.raises(TypeError, match="inverse"):
         b.apply_axes(x, CFGS["half"], axes="bshd", positions=0, inverse=1)
+    with pytest.raises(TypeError, match="^inplace must be a bool, got int$"):
+        b.apply_qk(x, x, CFGS["half"], axes="bshd", positions=0, inplace=1)
+    with pytest.raises(TypeError, match="^inverse must be a bool, got NoneType$"):
+        b.apply_qkv(x, CFGS["half"], axes="bshd", num_heads_q=2, num_heads_kv=1, positions=0, inverse=None)
 
 
 def test_as_array_refuses_none_and_bools_at_the_helper():
@@ -579,3 +685,31 @@ def test_as_array_refuses_none_and_bools_at_the_helper():
     for bad in (None, True):
         with pytest.raises(ValueError, match=f"offset must be an integer or an integer array, got {bad!r}"):
             _as_array(xp, None, bad, "offset")
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_ids_as_arrays_of_another_namespace(ns):
+    """A NumPy or torch array of ids handed to another namespace's backend is converted on the host."""
+    torch = pytest.importorskip("torch")
+    b, cfg = backend(ns), CFGS["interleaved-partial"]
+    x = rng(4).standard_normal(SHAPES["bhsd"])
+    pos = np.arange(18).reshape(2, 9) * 5 + 1
+    for ids in (pos, torch.tensor(pos)):
+        y = b.apply_axes(b.from_numpy(x, "float64"), cfg, axes="bhsd", positions=ids)
+        check(b, y, x, pos, cfg, "bhsd")
+
+
+def test_as_array_converts_an_object_whose_namespace_cannot_be_found():
+    """``__array_namespace__`` raising TypeError: not an array of xp, so converted through the host."""
+    from array_api_compat import numpy as xp
+    from rope_ref.backends._array_api_kernel_shapes import _as_array
+
+    class Foreign:
+        def __array_namespace__(self, api_version=None):
+            raise TypeError("no namespace")
+
+        def __array__(self, dtype=None, copy=None):
+            return np.array([3, 1, 4])
+
+    got = _as_array(xp, "cpu", Foreign(), "positions")
+    assert isinstance(got, np.ndarray) and got.tolist() == [3, 1, 4]

@@ -158,3 +158,62 @@ def test_bad_arguments_name_the_argument() -> None:
         multiaxis_apply(np.zeros((2, 64)), np.zeros((3, 2)), spec)
     with pytest.raises(TypeError, match="spec"):
         multiaxis_apply(x, np.zeros((3, 2)), RopeConfig(128, layout="half"))
+
+
+def ntk_spec() -> multiaxis.MultiAxisRope:
+    """Two streams; only the second table is length-dependent (dynamic NTK, original length 8)."""
+    plain = RopeConfig(8, layout="half", base=30.0)
+    ntk = RopeConfig(8, layout="half", base=30.0, scaling=DynamicNTK(2.0, 8))
+    return multiaxis.MultiAxisRope(8, layout="half", streams=(0, 1, 1, 0), tables=(plain, ntk))
+
+
+def test_positions_of_another_library_are_converted_on_the_host() -> None:
+    torch = pytest.importorskip("torch")
+    spec = ntk_spec()
+    x = np.random.default_rng(8).standard_normal((3, 8))
+    pos = np.array([[0, 4, 40], [2, 1, 30]])
+    want = multiaxis_apply(torch.tensor(x), torch.tensor(pos), spec)
+    for host in (pos, pos.tolist()):
+        got = multiaxis_apply(torch.tensor(x), host, spec)
+        assert isinstance(got, torch.Tensor) and torch.equal(got, want)
+    assert worst_ratio(x, pos, spec, want.numpy(), "float64") <= 1.0
+
+
+def test_length_rule_over_every_stream_empty_and_negative_positions() -> None:
+    """max(positions) + 1 over all streams (40 on the plain stream stretches the NTK table), at least 1
+    (all-negative positions: no stretch), nothing to measure without positions."""
+    spec = ntk_spec()
+    x = np.random.default_rng(9).standard_normal((3, 8))
+    for pos in (np.array([[0, 40, 3], [1, 2, 3]]), np.array([[-50, -3, -9], [-1, -2, -7]])):
+        got = multiaxis_apply(x, pos, spec)
+        seq_len = max(int(pos.max()) + 1, 1)
+        assert worst_ratio(x, pos, spec, got, "float64", seq_len=seq_len) <= 1.0
+    stretched = multiaxis_apply(x, np.array([[0, 40, 3], [1, 2, 3]]), spec)
+    short = multiaxis_apply(x, np.array([[0, 40, 3], [1, 2, 3]]), spec, seq_len=8)
+    assert not np.allclose(stretched, short)
+    empty = multiaxis_apply(np.zeros((0, 8)), np.zeros((2, 0)), spec)
+    assert empty.shape == (0, 8)
+
+
+def test_float16_activations_stay_float16() -> None:
+    spec = presets()["qwen2-vl"]
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((4, 128)).astype(np.float16)
+    pos = positions(rng, spec, (4,))
+    got = multiaxis_apply(x, pos, spec)
+    assert got.dtype == np.float16
+    want = multiaxis.apply(x.astype(np.float64), pos, spec)
+    # cos/sin rounded to float16 (u = 2**-11 each), two products and a sum: <= 5u r, r <= sqrt(2) max|x|.
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=4e-3 * np.abs(x).max())
+
+
+def test_zero_d_inputs_are_refused_naming_the_argument() -> None:
+    spec = presets()["qwen2-vl"]
+    with pytest.raises(ValueError, match=r"n_streams=3 \(one row per stream\), got shape \(\)"):
+        multiaxis_apply(np.zeros((2, 128)), np.array(3), spec)
+    with pytest.raises(ValueError, match=r"head_dim=128, got x.shape=\(\)"):
+        multiaxis_apply(np.array(1.0), np.zeros((3, 2)), spec)
+    with pytest.raises(
+        ValueError, match=r"positions of shape \(3, 5\) do not broadcast against x.shape\[:-1\] = \(2,\)"
+    ):
+        multiaxis_apply(np.zeros((2, 128)), np.zeros((3, 5)), spec)

@@ -168,3 +168,146 @@ def test_plan_qkv():
         qkv_plan([part(1, 2, 1), part(1, 3, 1)])
     with pytest.raises(TypeError, match="got 'float64'"):
         qkv_plan([part(1, 2, 1)], "float64")
+
+
+def test_launch_caps_grid_and_cos_sin_blocks():
+    """grid.x stops at 2**31 - 1 (the grid-stride loop covers the rest); cos/sin use at most 2**20 blocks."""
+    assert plan._block_and_grid(32, 1 << 40) == ((32, 8, 1), ((1 << 31) - 1, 1, 1))
+    assert plan._block_and_grid(32, 8 * ((1 << 31) - 1)) == ((32, 8, 1), ((1 << 31) - 1, 1, 1))
+    assert plan.cos_sin_launch(1 << 20, 256) == ((1 << 20, 1, 1), (256, 1, 1))  # exactly the cap
+    assert plan.cos_sin_launch(1 << 20, 257) == ((1 << 20, 1, 1), (256, 1, 1))
+    assert plan.cos_sin_launch(0, 7) == ((1, 1, 1), (256, 1, 1))
+
+
+def test_lanes_count_copied_channels_only_out_of_place():
+    assert apply_plan().lanes == 3 + 2 and apply_plan().half_layout is True
+    assert apply_plan(layout="interleaved").half_layout is False
+    assert qkv_plan([part(1, 2, 1)], layout="interleaved").half_layout is False
+    assert qkv_plan([part(1, 2, 1)]).half_layout is True
+    assert apply_plan(inplace=True).lanes == 3
+    assert apply_plan(rotary_dim=8).lanes == 4
+
+
+def test_plan_apply_moves_inner_axes_to_the_grid_below_the_thread_target():
+    """(S, H, 8) with ids (S, 1): heads share the angle, so H loops inside the thread unless S x 4 lanes
+    falls short of 2**17 threads; at exactly 2**17 it stays inside."""
+
+    def heads_plan(s):
+        return apply_plan(x_shape=(s, 3, 8), x_strides=(24, 8, 1), out_strides=(24, 8, 1),
+                          pos_shape=(s, 1), pos_strides=(1, 1), rotary_dim=8)  # fmt: skip
+
+    p = heads_plan(1 << 15)
+    assert (p.n_outer, p.outer_sizes, p.outer_x, p.outer_pos) == (1 << 15, (1 << 15,), (24,), (1,))
+    assert (p.inner_sizes, p.inner_x, p.inner_out) == ((1, 3), (0, 8), (0, 8))
+    assert p.grid == (-(-(1 << 15) // 8), 1, 1) and p.block == (32, 8, 1)
+    q = heads_plan((1 << 15) - 1)
+    assert (
+        q.n_outer == 3 * ((1 << 15) - 1) and q.inner_sizes == (1, 1) and q.outer_sizes == ((1 << 15) - 1, 3)
+    )
+
+
+def test_plan_apply_keeps_at_most_two_inner_axes_in_array_order():
+    """Three broadcast axes of sizes 3, 5, 2 (ids vary along the first axis only): the two largest (3, 5)
+    loop inside, in array order, the last one (5) the unrolled loop; 2 joins the grid."""
+    shape = (1 << 16, 3, 5, 2, 8)
+    strides = (1024, 256, 40, 16, 1)  # padded rows: no two axes merge
+    p = apply_plan(x_shape=shape, x_strides=strides, out_strides=strides, pos_shape=(1 << 16, 1, 1, 1),
+                   pos_strides=(1, 1, 1, 1), rotary_dim=8)  # fmt: skip
+    assert p.inner_sizes == (3, 5) and p.inner_x == (256, 40)
+    assert p.outer_sizes == (1 << 16, 2) and p.outer_x == (1024, 16) and p.outer_pos == (1, 0)
+
+
+def five_axes(pos_shape, pos_strides):
+    """x of shape (2, 3, 2, 3, 2, 8) with every leading axis padded: no two axes merge."""
+    shape = (2, 3, 2, 3, 2, 8)
+    strides = (1000, 300, 128, 40, 16, 1)
+    return apply_plan(x_shape=shape, x_strides=strides, out_strides=strides, pos_shape=pos_shape,
+                      pos_strides=pos_strides)  # fmt: skip
+
+
+def test_plan_apply_outer_axes_limit():
+    """Four outer axes are the kernel's limit: a fifth one that ids do not vary along stays inside the
+    thread even when the grid is small; five axes the ids vary along are refused."""
+    p = five_axes((2, 3, 2, 3, 1), (18, 6, 3, 1, 1))
+    assert len(p.outer_sizes) == 4 and p.outer_sizes == (2, 3, 2, 3) and p.inner_sizes == (1, 2)
+    with pytest.raises(
+        ValueError, match=r"x has 5 leading axes that cannot be merged \(shape \(2, 3, 2, 3, 2, 8\)"
+    ):
+        five_axes((2, 3, 2, 3, 2), (36, 12, 6, 2, 1))
+
+
+def test_pack_shape_pads_outer_axes_at_the_front():
+    p = apply_plan(x_shape=(3, 5, 8), x_strides=(80, 16, 1), out_strides=(40, 8, 1))
+    packed = plan.pack_shape(p)
+    assert packed.dtype == plan.shape_struct_dtype() and packed.dtype.itemsize == 8 * len(plan.SHAPE_FIELDS)
+    assert [int(packed[f"o_size{d}"]) for d in range(4)] == [1, 1, 3, 5]
+    assert [int(packed[f"o_xs{d}"]) for d in range(4)] == [0, 0, 80, 16]
+    assert [int(packed[f"o_os{d}"]) for d in range(4)] == [0, 0, 40, 8]
+    assert [int(packed[f"o_ps{d}"]) for d in range(4)] == [0, 0, 0, 1]
+    assert p.shape_values() == tuple(int(packed[f]) for f in plan.SHAPE_FIELDS)
+
+
+def test_place_ids_error_lists_the_forms_of_the_axes():
+    forms = (
+        r"expected a scalar, \(7,\) per-token ids or \(2, 7\) HF-style \(B, S\) ids or an array with one "
+        r"axis per leading axis of x, broadcasting to \(2, 7, 3\)"
+    )
+    with pytest.raises(ValueError, match=forms):
+        plan.place_ids((3, 7), (7, 1), "bshd", (2, 7, 3, 8))
+    with pytest.raises(ValueError, match=r"axes='thd': expected a scalar, \(9,\) per-token ids or an array"):
+        plan.place_ids((2, 9), (9, 1), "thd", (9, 2, 8))
+    assert plan.place_ids((9, 2), (2, 1), "thd", (9, 2, 8)) == (0, 2, True)
+
+
+def test_plan_qkv_strides_chunks_and_packing():
+    q = plan.QkvPart((2, 5, 4, 8), (160, 32, 8, 1), (160, 32, 8, 1))
+    k = plan.QkvPart((2, 5, 1, 8), (-40, 8, 0, 1), (40, 8, 8, 1))
+    p = plan.plan_qkv(
+        dtype_name="float16", parts=[q, k], head_dim=8, rotary_dim=6, layout="half", inplace=False
+    )
+    assert p.kernel == "rope_qkv_apply_f16" and p.heads == (4, 1, 0) and (p.n_pairs, p.n_pass) == (3, 2)
+    assert p.x_strides == (160, 32, 8, 1, -40, 8, 0, 1, 0, 0, 0, 0)
+    assert p.out_strides == (160, 32, 8, 1, 40, 8, 8, 1, 0, 0, 0, 0)
+    assert (p.chunk_heads, p.n_chunks, p.n_rows) == (1, 5, 2 * 5 * 5) and p.lanes == 5
+    pos = plan.PositionPlan(mode=plan.POS_VARLEN, p_b=3, p_s=1, n_seq=4, off_at=6, base=9)
+    packed = plan.pack_qkv_shape(p, pos)
+    assert packed.dtype == plan.qkv_shape_struct_dtype()
+    assert packed.dtype.names == plan.QKV_SHAPE_FIELDS
+    assert packed.dtype.itemsize == 8 * len(plan.QKV_SHAPE_FIELDS)
+    assert tuple(int(packed[f]) for f in plan.QKV_SHAPE_FIELDS) == p.shape_values(pos)
+    counts = ("n_b", "n_s", "n_chunks", "chunk_heads", "heads0", "heads1", "heads2")
+    assert [int(packed[f]) for f in counts] == [2, 5, 5, 1, 4, 1, 0]
+    assert [int(packed[f"x_st{i}"]) for i in (4, 6)] == [-40, 0] and int(packed["o_st6"]) == 8
+    pos_fields = ("pos_mode", "p_b", "p_s", "n_seq", "off_at", "base")
+    assert [int(packed[f]) for f in pos_fields] == [2, 3, 1, 4, 6, 9]
+    inplace = plan.plan_qkv(
+        dtype_name="float32", parts=[q], head_dim=8, rotary_dim=6, layout="half", inplace=True
+    )
+    assert inplace.lanes == 3 and inplace.copy_pass is False
+
+
+def test_plan_qkv_single_head_or_enough_tokens_is_one_chunk():
+    assert (qkv_plan([part(1, 3, 1)]).n_chunks, qkv_plan([part(1, 3, 1)]).chunk_heads) == (1, 1)
+    big = qkv_plan([part(1, 1 << 15, 3)])  # 2**15 tokens x 4 lanes = 2**17 threads: enough
+    assert (big.n_chunks, big.chunk_heads) == (1, 3)
+    short = qkv_plan([part(1, (1 << 15) - 1, 3)])  # one token short: the heads split
+    assert (short.n_chunks, short.chunk_heads) == (2, 2)
+    empty = qkv_plan([part(1, 0, 3)])
+    assert (empty.n_chunks, empty.chunk_heads) == (1, 3)
+
+
+def test_plan_qkv_refuses_each_part():
+    with pytest.raises(ValueError, match=r"x.shape\[-1\] must equal head_dim=8, got 6"):
+        qkv_plan([part(1, 2, 1), part(1, 2, 1, d=6)])
+    with pytest.raises(ValueError, match="a launch takes 1 to 3 tensors, got 0"):
+        qkv_plan([])
+    aliased = plan.QkvPart((1, 4, 2, 8), (64, 16, 0, 1), (64, 16, 8, 1))
+    kw = dict(dtype_name="float32", head_dim=8, rotary_dim=8, layout="half")
+    with pytest.raises(
+        ValueError, match=r"in-place apply needs x without zero strides .* got strides \(64, 16, 0, 1\)"
+    ):
+        plan.plan_qkv(parts=[part(1, 4, 2), aliased], inplace=True, **kw)
+    # out of place, reading a broadcast is fine
+    assert plan.plan_qkv(parts=[aliased], inplace=False, **kw).heads == (2, 0, 0)
+    one = plan.QkvPart((1, 4, 1, 8), (32, 8, 0, 1), (32, 8, 0, 1))
+    assert plan.plan_qkv(parts=[one], inplace=True, **kw).heads == (1, 0, 0)  # stride 0 on a size-1 axis

@@ -395,7 +395,7 @@ def test_gradcheck_function_and_native(layout):
     np.testing.assert_allclose(g_fn.numpy(), expected, atol=1e-6)
 
 
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("layout", ["half", pytest.param("interleaved", marks=pytest.mark.slow)])
 def test_gradgradcheck_function(layout):
     """Double backward through RotateFunction (its backward is a RotateFunction too), float64."""
     cfg = rope_ref.RopeConfig(12, layout=layout, rotary_dim=8, scaling=YaRN(4.0, 16))

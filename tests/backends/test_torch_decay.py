@@ -87,3 +87,36 @@ def test_bad_distances_name_the_argument():
         rt.decay_upper_bound(torch.tensor([1.0, math.nan]), cfg)
     with pytest.raises(TypeError, match="distances must be integer or real positions, got dtype torch.bool"):
         rt.decay_upper_bound(torch.tensor([True]), cfg)
+
+
+def test_empty_distances_and_the_distances_device():
+    """No distances: an empty bound (a length-dependent scaling has no max to read); the result lives on
+    the distances' device ("meta" stands in for a GPU), CPU for host input."""
+    ntk = rope_ref.RopeConfig(8, layout="half", scaling=DynamicNTK(2.0, 64))
+    empty = rt.decay_upper_bound(torch.zeros(0, dtype=torch.float64), ntk, dtype=torch.float64)
+    assert empty.shape == (0,) and empty.dtype == torch.float64
+    meta = rt.decay_upper_bound(torch.zeros(2, 0, device="meta", dtype=torch.int64), ntk)  # no max to read
+    assert meta.device.type == "meta" and meta.shape == (2, 0) and meta.dtype == torch.float32
+    assert rt.decay_upper_bound([1.0, 2.0], rope_ref.RopeConfig(8, layout="half")).device.type == "cpu"
+
+
+def test_fractional_distances_use_the_floor_and_the_rotary_width():
+    """L = floor(max|r|) + 1 = 301 for r = 300.75; d is rotary_dim (8 of a head of 12), not head_dim."""
+    d, base = 8, 10000.0
+    cfg = rope_ref.RopeConfig(12, layout="half", rotary_dim=d, scaling=DynamicNTK(2.0, 64))
+    r = torch.tensor([300.75, -2.5], dtype=torch.float64)
+    scaled = base * (1 + 2.0 * (301 - 64) / 64) ** (d / (d - 2))
+    want = [bound(v, thetas(d, scaled)) for v in (300.75, -2.5)]
+    np.testing.assert_allclose(rt.decay_upper_bound(r, cfg, dtype=torch.float64).numpy(), want, rtol=1e-12)
+
+
+def test_float32_table_is_the_rounded_float64_one():
+    """dtype=float32: the frequencies rounded once from float64, angles and sums in float32 (agrees with
+    the float64 definition to float32 accuracy, not to float64 accuracy)."""
+    cfg = rope_ref.RopeConfig(16, layout="interleaved", base=77.0)
+    r = torch.tensor([3.0, 41.0, 900.0])
+    got = rt.decay_upper_bound(r, cfg, dtype=torch.float32)
+    want = np.array([bound(v, thetas(16, 77.0)) for v in (3.0, 41.0, 900.0)])
+    assert got.dtype == torch.float32
+    np.testing.assert_allclose(got.numpy(), want, rtol=5e-5)
+    assert not np.array_equal(got.double().numpy(), want)

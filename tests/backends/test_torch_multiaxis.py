@@ -316,3 +316,156 @@ def test_compute_dtype_and_broadcast_are_honoured() -> None:
     assert torch.equal(narrow[..., 12:], x[..., 12:])
     with pytest.raises(ValueError, match=r"positions of shape \(2, 3, 5\) does not broadcast"):
         multiaxis_apply(x[0], torch.zeros(3, 2, 3, 5, dtype=torch.int64), spec)
+
+
+# -- the helpers: gather plan, index cache, lengths, the compiled path --------------------------------------
+
+
+def repeated_table_spec() -> multiaxis.MultiAxisRope:
+    """Streams 0 and 1 share table A (base 100); stream 2 has its own B (base 7, YaRN factor 2 on a
+    head of 12), so the distinct tables are (A, B) read by streams (0, 2): offsets 0 and 4."""
+    a = RopeConfig(12, layout="half", base=100.0, rotary_dim=8)
+    b = RopeConfig(12, layout="half", base=7.0, rotary_dim=8, scaling=YaRN(2.0, 32))
+    return multiaxis.MultiAxisRope(12, layout="half", streams=(2, 0, 1, 2), tables=(a, a, b),
+                                   freq_index=(3, 1, 2, 0))  # fmt: skip
+
+
+def test_plan_of_a_repeated_table() -> None:
+    from rope_ref.backends._torch_multiaxis import _plan
+
+    unique, pair_table, gather, shared = _plan(repeated_table_spec())
+    assert unique == (0, 2) and pair_table == (1, 0, 0, 1) and gather == (4 + 3, 1, 2, 4 + 0)
+    assert shared is False
+    assert _plan(presets()["qwen2-vl"])[3] is True
+
+
+def test_repeated_tables_give_each_pair_its_own_frequency_and_factor() -> None:
+    """Hand-derived: pair i turns by m^(s(i)) * base_i^(-2 f_i / 8), times YaRN's 0.1 ln 2 + 1 on table B."""
+    from rope_ref.backends._torch_multiaxis import multiaxis_tables
+
+    spec = repeated_table_spec()
+    pos = torch.tensor([[3, 11], [5, 0], [17, 2]])
+    cos, sin = multiaxis_tables(pos, spec, angle_dtype=torch.float64)
+    amp_b = 0.1 * np.log(2.0) + 1.0
+    base = np.array([7.0, 100.0, 100.0, 7.0])
+    amp = np.array([amp_b, 1.0, 1.0, amp_b])
+    phi = base ** (-2.0 * np.array([3, 1, 2, 0]) / 8)
+    # YaRN ramps the low frequencies of B (original length 32): use the oracle's own per-pair phi for B.
+    phi_oracle, amp_oracle = spec.pair_frequencies()
+    np.testing.assert_allclose(amp_oracle, amp, rtol=1e-15)
+    np.testing.assert_allclose(phi_oracle[1:3], phi[1:3], rtol=1e-15)
+    m = pos.numpy().T[:, [2, 0, 1, 2]].astype(np.float64)
+    np.testing.assert_allclose(cos.numpy(), amp * np.cos(m * phi_oracle), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(sin.numpy(), amp * np.sin(m * phi_oracle), rtol=0, atol=1e-14)
+
+
+def test_distinct_plain_tables_keep_unit_amplitude() -> None:
+    """Two unscaled tables of different bases (the non-shared path with every factor 1)."""
+    from rope_ref.backends._torch_multiaxis import multiaxis_tables
+
+    a, b = RopeConfig(8, layout="half", base=50.0), RopeConfig(8, layout="half", base=9.0)
+    spec = multiaxis.MultiAxisRope(8, layout="half", streams=(0, 1, 1, 0), tables=(a, b))
+    pos = torch.tensor([[2, 7, 40], [9, 1, 3]])
+    cos, sin = multiaxis_tables(pos, spec, angle_dtype=torch.float64)
+    phi = np.array([50.0**0, 9.0 ** (-1 / 4), 9.0 ** (-2 / 4), 50.0 ** (-3 / 4)])
+    m = pos.numpy().T[:, [0, 1, 1, 0]]
+    np.testing.assert_allclose(cos.numpy(), np.cos(m * phi), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(sin.numpy(), np.sin(m * phi), rtol=0, atol=1e-14)
+
+
+def test_seq_len_helper_takes_the_longest_over_every_table() -> None:
+    from rope_ref.backends._torch_multiaxis import _seq_len
+
+    plain, _, ntk = mixed_spec().tables
+    pos = torch.tensor([[4, 9000], [3, 2], [1, 7]])  # the long position is on stream 0, not ntk's stream
+    assert _seq_len(pos, (plain, ntk), None) == 9001
+    assert _seq_len(pos, (plain, ntk), 50) == 50
+    assert _seq_len(pos, (plain,), None) is None
+    spec = mixed_spec()
+    x = np.random.default_rng(13).standard_normal((2, 48))
+    xq, got = run(x, pos.numpy(), spec, torch.float64, angle_dtype=torch.float64)
+    assert worst_ratio(xq, pos.numpy(), spec, got, "float64", "float64") <= 1.0
+
+
+def test_index_tensors_are_cached_per_device_and_outlive_inference_mode() -> None:
+    """Built first under inference mode, the cached indices must still be usable by autograd later
+    (positions that require a gradient save the stream index for backward)."""
+    from rope_ref.backends._torch_multiaxis import _index_tensors, _indices, multiaxis_tables
+
+    spec = multiaxis.MultiAxisRope(
+        10, layout="interleaved", streams=(1, 0, 1), tables=RopeConfig(10, layout="interleaved", base=321.0)
+    )
+    with torch.inference_mode():
+        streams, gather, pair_table = _index_tensors(spec, torch.device("cpu"))
+        multiaxis_tables(torch.zeros(2, 3), spec)
+    assert not any(t.is_inference() for t in (streams, gather, pair_table))
+    assert streams.tolist() == [1, 0, 1] and gather.tolist() == [0, 1, 2] and pair_table.tolist() == [0, 0, 0]
+    assert streams.dtype == torch.long
+    assert _index_tensors(spec, torch.device("meta"))[0].device.type == "meta"
+    assert {t.device.type for t in _indices(spec, torch.device("meta"))} == {"meta"}
+    assert {t.device.type for t in _indices(spec, "cpu")} == {"cpu"}
+    pos = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=torch.float64, requires_grad=True)
+    cos, _ = multiaxis_tables(pos, spec, angle_dtype=torch.float64)
+    cos.sum().backward()
+    phi = 321.0 ** (-np.arange(3) * 2 / 10)
+    p = pos.detach().numpy()
+    want = np.zeros_like(p)
+    for i, s in enumerate((1, 0, 1)):
+        want[s] -= phi[i] * np.sin(p[s] * phi[i])
+    np.testing.assert_allclose(pos.grad.numpy(), want, rtol=1e-13)
+
+
+def test_tables_device_argument_and_host_positions() -> None:
+    from rope_ref.backends._torch_multiaxis import multiaxis_tables
+
+    spec = presets()["qwen2-vl"]
+    cos, _ = multiaxis_tables(torch.zeros(3, 2, dtype=torch.int64), spec, device="meta")
+    assert cos.device.type == "meta" and cos.shape == (2, 64)
+    host, _ = multiaxis_tables([[0, 5], [0, 5], [0, 5]], spec)
+    assert host.device.type == "cpu" and host.dtype == torch.float32
+    ids, _ = multiaxis_tables(torch.tensor([[0, 5]] * 3), spec)
+    assert torch.equal(host, ids)
+
+
+def test_the_compiled_path_builds_the_same_tables(monkeypatch) -> None:
+    """Under torch.compile the indices are graph constants and length-dependent factors runtime tensors;
+    emulated eagerly (is_compiling patched), both must give the eager tables bit for bit, in angle_dtype."""
+    from rope_ref.backends._torch_multiaxis import multiaxis_tables
+
+    pos = torch.tensor(positions(np.random.default_rng(14), mixed_spec(), (5,)))
+    cases = [(mixed_spec(), 3000), (mixed_spec(), 9000), (repeated_table_spec(), None)]
+    eager = {}
+    for i, (spec, n) in enumerate(cases):
+        p = pos[: spec.n_streams]
+        for dtype in (torch.float32, torch.float64):
+            eager[i, dtype] = multiaxis_tables(p, spec, seq_len=n, angle_dtype=dtype)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    for i, (spec, n) in enumerate(cases):
+        p = pos[: spec.n_streams]
+        for dtype in (torch.float32, torch.float64):
+            cos, sin = multiaxis_tables(p, spec, seq_len=n, angle_dtype=dtype)
+            assert cos.dtype == sin.dtype == dtype
+            assert torch.equal(cos, eager[i, dtype][0]) and torch.equal(sin, eager[i, dtype][1]), (i, dtype)
+
+
+def test_zero_d_positions_and_bad_autograd_are_refused() -> None:
+    spec = presets()["qwen2-vl"]
+    with pytest.raises(ValueError, match=r"n_streams=3 .* got shape \(\)"):
+        multiaxis_apply(torch.zeros(2, 128), torch.tensor(4), spec)
+    with pytest.raises(ValueError, match="autograd"):
+        multiaxis_apply(torch.zeros(2, 128), torch.zeros(3, 2), spec, autograd="fast")
+
+
+def test_native_autograd_records_plain_ops() -> None:
+    spec = presets()["chatglm-6b"]
+    x = torch.randn(3, spec.head_dim, dtype=torch.float64, requires_grad=True)
+    pos = torch.tensor([[0, 4, 9], [1, 0, 2]])
+    native = multiaxis_apply(x, pos, spec, angle_dtype=torch.float64, autograd="native")
+    function = multiaxis_apply(x, pos, spec, angle_dtype=torch.float64)
+
+    def parents(y):  # the blocks' flatten is a view: the rotation is the node below it
+        return {type(fn).__name__ for fn, _ in y.grad_fn.next_functions}
+
+    assert parents(function) == {"RotateFunctionBackward"}
+    assert "RotateFunctionBackward" not in parents(native)
+    torch.testing.assert_close(native, function, rtol=0, atol=1e-15)

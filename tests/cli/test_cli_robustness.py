@@ -352,6 +352,12 @@ def test_table_preset_hf_config_and_scaling(tmp_path, capsys):
         (["table", "--head-dim", "8", "--scaling", "bogus:1"], "--scaling"),
         (["table"], "--head-dim"),
         (["table", "--head-dim", "8", "--width", "5"], "--width"),
+        (["table", "--preset", "llama-2-7b", "--layout", "half"],
+         "--layout cannot be combined with --preset"),
+        (["table", "--head-dim", "8", "--base", "10000", "--scaling", "ntk:2@500000"],
+         "names base 500000 but --base is 10000"),
+        (["table", "--head-dim", "8", "--digits", "18"], "--digits must be between 0 and 17, got 18"),
+        (["table", "--head-dim", "8", "--digits", "-1"], "--digits must be between 0 and 17, got -1"),
     ],
 )
 def test_table_bad_config_arguments(capsys, argv, needle):
@@ -410,3 +416,16 @@ def test_deeply_nested_xfails_json(tmp_path, capsys):
     assert main(["conformance", "run", "--backend", "numpy", "-q", "--xfails", str(path)]) == 2
     line = _error_line(capsys, "conformance")
     assert "xfail" in line and "recursion" in line, line
+
+
+def test_table_digits_limits_and_a_scaling_base_are_taken(capsys):
+    # 17 digits (the most a float64 needs) and 0 are accepted; '@BASE' sets the base when --base agrees
+    # or is absent: inv_freq[1] = 500000 ** (-2/8) for head_dim 8, NTK alpha 1 leaving the base alone
+    assert main(["table", "--head-dim", "8", "--positions", "1", "--digits", "17"]) == 0
+    assert main(["table", "--head-dim", "8", "--positions", "1", "--digits", "0"]) == 0
+    capsys.readouterr()
+    for extra in ([], ["--base", "500000"]):
+        argv = ["table", "--head-dim", "8", "--positions", "1", "--digits", "12", "--scaling", "ntk:1@500000"]
+        assert main(argv + extra) == 0
+        out = capsys.readouterr().out
+        assert "base=500000 " in out and f"i=1    {500000.0 ** -0.25:.12f}" in out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from fresh_interpreter import modules_loaded_by
@@ -84,3 +86,21 @@ def test_cli_refuses_runaway_or_bad_arguments_cleanly(capsys, tmp_path):
     missing = tmp_path / "no" / "such" / "dir" / "x.csv"
     assert main(["decay", "--head-dim", "16", "--max-distance", "8", "--csv", str(missing)]) == 2
     assert "No such file or directory" in capsys.readouterr().err
+
+
+def test_table_defaults_to_base_10000(capsys):
+    # inv_freq[i] = 10000 ** (-2 i / 8) = 10 ** -i: printed to 12 digits a base of 10001 would show
+    assert main(["table", "--head-dim", "8", "--positions", "1", "--digits", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "base=10000 " in out
+    for i in range(4):
+        assert f"i={i:<4d} {10.0 ** -i:.12f}" in out
+
+
+def test_integer_positions_stay_integers_in_the_table(capsys):
+    assert parse_positions("0:3,7").dtype == np.int64
+    assert parse_positions("2.0,4").dtype == np.int64
+    assert parse_positions("0.5,4").dtype == np.float64
+    assert main(["table", "--head-dim", "4", "--positions", "2.0,7", "--digits", "2"]) == 0
+    rows = re.findall(r"^ +(\S+)  \(", capsys.readouterr().out, flags=re.MULTILINE)
+    assert rows == ["2", "7"]

@@ -82,3 +82,64 @@ def test_rotation_evaluators_use_the_cases_explicit_seq_len():
     aux = operations.auxiliary("apply", CONFIG, {"x": x, "positions": POSITIONS}, params)
     np.testing.assert_allclose(aux["inv_freq"], scaled, rtol=1e-14)
     assert float(aux["attention_factor"]) == 1.0
+
+
+def test_an_unknown_operation_is_refused_by_evaluate_and_has_no_auxiliary():
+    with pytest.raises(ValueError, match=r"^unknown op 'h27_no_such_op'$"):
+        operations.evaluate("h27_no_such_op", None, {}, {})
+    assert operations.auxiliary("h27_no_such_op", None, {}, {}) == {}
+
+
+def test_evaluate_and_auxiliary_call_their_own_evaluator_with_the_cases_arguments(private_table):
+    calls = []
+
+    def main(config, inputs, params):
+        calls.append(("main", config, inputs, params))
+        return {"out": np.array([3.0])}
+
+    def aux(config, inputs, params):
+        calls.append(("aux", config, inputs, params))
+        return {"inv_freq": np.array([0.5])}
+
+    operations.operation("probe_main_aux", auxiliary=aux)(main)
+    operations.operation("probe_main_only")(main)
+    entry = private_table["probe_main_aux"]
+    assert entry == operations.Operation(main, aux) and private_table["probe_main_only"].auxiliary is None
+    config, inputs, params = {"head_dim": 6}, {"x": np.zeros(2)}, {"seq_len": 9}
+    assert operations.evaluate("probe_main_aux", config, inputs, params)["out"].tolist() == [3.0]
+    assert operations.auxiliary("probe_main_aux", config, inputs, params)["inv_freq"].tolist() == [0.5]
+    assert operations.auxiliary("probe_main_only", config, inputs, params) == {}
+    assert calls == [("main", config, inputs, params), ("aux", config, inputs, params)]
+
+
+def test_every_operation_is_registered_with_aux_exactly_where_documented():
+    """``auxiliary``'s docstring: cos_sin, apply, apply_vjp, the kernel-shape ops and multiaxis_apply store
+    aux; every other op stores nothing."""
+    import rope_ref.conformance.cases  # noqa: F401 - importing the families fills the table
+
+    kernel_shapes = {"apply_axes", "apply_qk", "apply_qkv", "round_trip"}
+    with_aux = {"apply", "apply_vjp", "cos_sin", "multiaxis_apply"} | kernel_shapes
+    without = {
+        "attention_factor",
+        "chatglm_apply_2d",
+        "chatglm_next_position_ids",
+        "chatglm_position_ids",
+        "decay_upper_bound",
+        "inv_freq",
+        "mla_softmax_scale",
+        "mrope_decode_ids",
+        "mrope_position_ids",
+        "vision_ids",
+    }
+    table = operations.OPERATIONS
+    assert set(table) == with_aux | without
+    assert {op for op, entry in table.items() if entry.auxiliary is not None} == with_aux
+    x = np.array([[1.0, 0.0, 0.0, 1.0]])
+    aux = operations.auxiliary(
+        "apply",
+        {**CONFIG, "head_dim": 4, "rotary_dim": 4, "scaling": None},
+        {"x": x, "positions": np.array([2.0])},
+        {},
+    )
+    np.testing.assert_allclose(aux["inv_freq"], [1.0, 500.0**-0.5], rtol=1e-15)
+    assert operations.auxiliary("inv_freq", CONFIG, {}, {}) == {}

@@ -135,4 +135,106 @@ def test_exact_detail_only_for_an_exact_worst_element():
     assert "must equal the input bit for bit" in exact_detail(case, {"out": got}, worst, F64)
     plain = Comparison("out", False, 1, 64, (1, 0), 0.5, 0.7, 1e-9, 2e8, "")
     assert exact_detail(case, {"out": got}, plain, F64) == ""
+    not_exact = Comparison("out", False, 1, 64, (1, 0), 0.5, 0.7, 1e-9, 2e8, "pair norm, no exact element")
+    assert exact_detail(case, {"out": got}, not_exact, F64) == ""
     assert exact_detail(case, {}, worst, F64) == "" and exact_detail(case, {"out": got}, None, F64) == ""
+
+
+def _spy(monkeypatch, answer="spied"):
+    calls = []
+    monkeypatch.setattr(diagnosing, "_diagnose", lambda *args: calls.append(args) or answer)
+    return calls
+
+
+def _failing(output="out"):
+    return Comparison(output, False, 1, 4, (0, 0), 1.0, 2.0, 1e-9, 1e9)
+
+
+def test_what_the_diagnoser_is_handed_for_apply(monkeypatch):
+    """The failing output's own comparisons, x (float64), the placed positions, the explicit seq_len, the
+    op, no extra input and the run's policy."""
+    calls = _spy(monkeypatch)
+    dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64}
+    case = _apply_case(
+        (6, 16),
+        np.array([0.0, 5, 9, 30, 50, 60]),
+        cfg={"head_dim": 16, "layout": "half", "scaling": dynamic},
+        seq_len=4096,
+    )
+    policy = PrecisionPolicy(io_dtype="float32")
+    got = case.expected["out"] + 1.0
+    other, mine = _failing("other"), _failing("out")
+    assert diagnose(case, {"out": got}, [other, mine], policy) == "spied"
+    [(comparisons, passed_case, name, v, handed, pos, seq_len, op, extra, pol)] = calls
+    assert comparisons == [mine] and passed_case is case and name == "out" and handed is got
+    assert v.dtype == np.float64 and np.array_equal(v, case.inputs["x"])
+    assert pos.tolist() == [0.0, 5, 9, 30, 50, 60] and seq_len == 4096 and op == "apply"
+    assert extra == {} and pol is policy
+
+
+def test_what_the_diagnoser_is_handed_for_the_vjp(monkeypatch):
+    calls = _spy(monkeypatch)
+    x = np.arange(32.0, dtype=np.float32).reshape(2, 16)  # float32 I/O: handed on as float64
+    g = -np.arange(32.0, dtype=np.float32).reshape(2, 16) / 8
+    pos = np.array([3, 11])  # int64: handed on as float64
+    inputs = {"x": x, "grad_out": g, "positions": pos}
+    dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 8}
+    cfg = {"head_dim": 16, "layout": "half", "scaling": dynamic}  # no seq_len: max(positions) + 1 = 12
+    case = Case("v", "apply_vjp", cfg, inputs, {"grad_x": g}, "vjp", "rotation")
+    assert diagnose(case, {"grad_x": g + 1}, [_failing("grad_x")], F64) == "spied"
+    [(_, _, name, v, _, handed_pos, seq_len, op, extra, _)] = calls
+    assert name == "grad_x" and op == "apply_vjp" and np.array_equal(v, g) and v.dtype == np.float64
+    assert list(extra) == ["x"] and np.array_equal(extra["x"], x) and extra["x"].dtype == np.float64
+    assert handed_pos.dtype == np.float64 and handed_pos.tolist() == [3.0, 11.0] and seq_len == 12
+
+
+def test_only_a_single_output_rotation_is_diagnosed(monkeypatch):
+    calls = _spy(monkeypatch)
+    pos = np.arange(4.0)
+    cos_sin = Case(
+        "t",
+        "cos_sin",
+        {"head_dim": 8, "layout": "half"},
+        {"positions": pos},
+        {"cos": np.ones((4, 4))},
+        "tables",
+        "table",
+    )
+    assert diagnose(cos_sin, {"cos": np.zeros((4, 4))}, [_failing("cos")], F64) == ""
+    case = _apply_case((4, 16), pos)
+    case.expected["extra"] = case.expected["out"]
+    assert diagnose(case, {"out": case.expected["out"] + 1}, [_failing()], F64) == ""
+    assert calls == []
+
+
+def test_a_diagnoser_that_finds_nothing_gives_empty_text(monkeypatch):
+    _spy(monkeypatch, answer=None)
+    case = _apply_case((4, 16), np.arange(4.0))
+    assert diagnose(case, {"out": case.expected["out"] + 1}, [_failing()], F64) == ""
+    assert diagnose(case, {"out": case.expected["out"] + 1}, [], F64) == ""  # no comparison of the output
+    assert diagnose(case, {"out": case.expected["out"] + 1}, [_failing("other")], F64) == ""
+
+
+def test_positions_already_over_x_are_not_placed_again():
+    ids = np.array([[[0, 1, 2], [4, 5, 6]]])  # (B, H, S) = (1, 2, 3): x's leading axes already
+    case = _apply_case((1, 2, 3, 16), ids, axes="bhsd")
+    placed = diagnosing._positions(case)
+    assert placed.dtype == np.float64 and placed.tolist() == ids.tolist()
+    short = _apply_case((1, 2, 3, 16), np.array([[7.0, 8, 9]]), axes="bhsd")
+    assert diagnosing._positions(short).tolist() == [[[7.0, 8.0, 9.0]]]  # placed on b, h and s
+
+
+def test_exact_detail_hands_the_worst_output_and_policy_on_and_survives_its_errors(monkeypatch):
+    case = _apply_case((4, 16), np.arange(4.0))
+    worst = Comparison("out", False, 1, 64, (0, 0), 0.5, 0.7, 0.0, np.inf, "exact element (position 0)")
+    got, policy = case.expected["out"] + 1, PrecisionPolicy(io_dtype="float32")
+    seen = []
+    monkeypatch.setattr(diagnosing, "exact_line", lambda *a: seen.append(a) or "LINE")
+    assert exact_detail(case, {"other": got * 2, "out": got}, worst, policy) == "LINE"
+    assert seen == [(worst, case, "out", got, policy)]
+
+    def broken(*args):
+        raise ValueError("cannot say")
+
+    monkeypatch.setattr(diagnosing, "exact_line", broken)
+    assert exact_detail(case, {"out": got}, worst, policy) == ""

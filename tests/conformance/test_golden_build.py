@@ -7,6 +7,7 @@ from the writer.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -106,3 +107,75 @@ def test_a_tensor_name_that_is_not_an_identifier_is_refused(name):
 
 def test_manifest_bytes_are_one_space_indented_ascii():
     assert manifest_bytes({"a": [1], "b": "é"}) == b'{\n "a": [\n  1\n ],\n "b": "\\u00e9"\n}\n'
+
+
+@pytest.mark.parametrize("case_id", ["cos sin", "", "-a", "cos_sin\n", 7])
+def test_a_case_id_outside_the_pattern_is_refused(case_id):
+    with pytest.raises(ValueError, match=f"case id {re.escape(repr(case_id))} is not allowed"):
+        _build(_case(case_id))
+
+
+def test_provenance_records_the_run_and_bug_classes_come_from_the_given_map():
+    import rope_ref
+
+    files, manifest = build_set(
+        [_case(), _case("apply-hand", op="apply", bug_class="rotation")],
+        "npz",
+        "rope-ref golden generate --x",
+        "catalogue",
+        {"tables": "the tables", "rotation": "the rotation", "decay": "unused"},
+        {"torch": np.str_("2.5"), "n": (np.int32(3), 4)},
+    )
+    assert manifest["provenance"] == {
+        "rope_ref_version": rope_ref.__version__,
+        "license": "Apache-2.0",
+        "generator": "rope-ref golden generate --x",
+        "source": "catalogue",
+        "informational": {"torch": "2.5", "n": [3, 4]},
+    }
+    assert manifest["schema_version"] == 1 and manifest["format"] == "npz"
+    assert manifest["bug_classes"] == {"tables": "the tables", "rotation": "the rotation"}
+    assert sorted(files) == ["apply-hand.npz", "cos_sin-hand.npz"]
+    assert [e["file"] for e in manifest["cases"]] == ["cos_sin-hand.npz", "apply-hand.npz"]
+    _, plain = build_set([_case()], "safetensors", "g", "custom", None, {})
+    assert "informational" not in plain["provenance"] and plain["format"] == "safetensors"
+    assert set(plain["bug_classes"]) == {"tables"} and plain["bug_classes"]["tables"]
+
+
+def test_file_bytes_hold_each_tensor_with_its_dtype_and_the_entry_their_sha256():
+    import hashlib
+
+    from rope_ref.conformance.safetensors_io import read_npz
+
+    case = _case(
+        inputs={"positions": np.array([9, 2], dtype=np.int32)},
+        expected={
+            "cos": np.array([[0.5, -1.25]], dtype=np.float32),
+            "sin": np.array([1.0], dtype=np.float16),
+        },
+        aux={},
+    )
+    for fmt in ("npz", "safetensors"):
+        files, manifest = _build(case, fmt=fmt)
+        (name, data), entry = next(iter(files.items())), manifest["cases"][0]
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest() and "aux" not in entry
+        assert entry["expected"]["sin"] == {"dtype": "float16", "shape": [1]}
+        got = read_npz(name, data) if fmt == "npz" else read_safetensors(name, data)[0]
+        assert sorted(got) == ["expected.cos", "expected.sin", "inputs.positions"]
+        for key, want in (
+            ("inputs.positions", case.inputs["positions"]),
+            ("expected.cos", case.expected["cos"]),
+        ):
+            assert got[key].dtype == want.dtype and got[key].tolist() == want.tolist()
+
+
+def test_an_entry_holds_copies_of_the_cases_lists_and_dicts():
+    case = _case(requires=["cos_sin-first"], params={"seq_len": 5, "dims": (1, 2)})
+    first = _case("cos_sin-first")
+    _, manifest = _build(first, case)
+    entry = manifest["cases"][1]
+    case.requires.append("edited")
+    case.params["seq_len"] = 6
+    case.config["base"] = 2.0
+    assert entry["requires"] == ["cos_sin-first"] and entry["params"] == {"seq_len": 5, "dims": [1, 2]}
+    assert entry["config"]["base"] == 10000.0

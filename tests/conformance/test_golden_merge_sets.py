@@ -98,3 +98,74 @@ def test_merge_refuses_a_named_run_over_the_catalogue():
     new = _manifest("cmd", {"tables": "t"}, _entry("cos_sin-n", "cos_sin", "tables"))
     with pytest.raises(GoldenWriteError, match=r"it holds the catalogue \(1 cases\), not a --preset"):
         merge_sets(Path("out"), old, new, "n", command="cmd")
+
+
+def test_a_run_that_owns_the_whole_set_takes_the_new_manifest_as_is():
+    from rope_ref.conformance.golden_merge import merge_sets
+
+    old = _manifest("cmd old", {"tables": "t"}, _entry("cos_sin-old", "cos_sin", "tables"))
+    new = _manifest("cmd new", {"rotation": "r"}, _entry("apply-new", "apply", "rotation"))
+    assert merge_sets(Path("out"), old, new, None, command="cmd new") == ([], new)
+    old["provenance"]["source"] = new["provenance"]["source"] = "catalogue"
+    assert merge_sets(Path("out"), old, new, None, command="cmd new") == ([], new)
+    old["cases"] = []
+    assert merge_sets(Path("out"), old, new, "new", command="cmd new") == ([], new)  # an empty catalogue
+
+
+def test_a_whole_set_run_over_another_source_or_format_is_refused():
+    from rope_ref.conformance.golden_merge import merge_sets
+    from rope_ref.conformance.golden_target import GoldenWriteError
+
+    old = _manifest(
+        "cmd",
+        {"tables": "t"},
+        _entry("cos_sin-a", "cos_sin", "tables"),
+        _entry("cos_sin-b", "cos_sin", "tables"),
+    )
+    new = _manifest("cmd", {"tables": "t"}, _entry("cos_sin-c", "cos_sin", "tables"))
+    new["provenance"]["source"] = "catalogue"
+    with pytest.raises(
+        GoldenWriteError, match=r"--out out: it holds a custom set of 2 case\(s\), not the catalogue"
+    ):
+        merge_sets(Path("out"), old, new, None, command="cmd")
+    new["provenance"]["source"] = "custom"
+    new["format"] = "npz"
+    with pytest.raises(
+        GoldenWriteError, match="it holds a safetensors set and this run writes npz; generating"
+    ):
+        merge_sets(Path("out"), old, new, "c", command="cmd")
+    old["cases"] = []
+    assert merge_sets(Path("out"), old, new, "c", command="cmd") == ([], new)  # nothing to keep
+
+
+def test_a_kept_case_that_needs_a_replaced_case_is_refused():
+    from rope_ref.conformance.golden_merge import merge_sets
+    from rope_ref.conformance.golden_target import GoldenWriteError
+
+    needed = _entry("cos_sin-n", "cos_sin", "tables")
+    needs = dict(_entry("cos_sin-k", "cos_sin", "tables"), requires=["cos_sin-n"])
+    old = _manifest("cmd", {"tables": "t"}, needed, needs)
+    new = _manifest("cmd", {"tables": "t"}, _entry("cos_sin-n-fp32", "cos_sin", "tables"))
+    with pytest.raises(
+        GoldenWriteError, match="its other cases cannot be kept .*the merged manifest: schema"
+    ):
+        merge_sets(Path("out"), old, new, "n", command="cmd")
+
+
+@pytest.mark.parametrize(
+    ("ids", "key"),
+    [(["cos_sin-m7", "cos_sin-m7-bf16"], "m7"), (["cos_sin-m7", "cos_sin-q2"], ""), (["cos_sin-a-b"], "a-b")],
+)
+def test_an_old_set_without_recorded_commands_is_named_by_its_cases(ids, key):
+    from rope_ref.conformance.golden_merge import _generators
+
+    old = _manifest("cmd old", {"tables": "t"}, *(_entry(i, "cos_sin", "tables") for i in ids))
+    assert _generators(old) == {key: "cmd old"}
+    old["provenance"]["informational"] = {"generators": {"x": 1}}  # not a map of commands: ignored
+    assert _generators(old) == {key: "cmd old"}
+    recorded = {"p": "cmd p", "q": "cmd q"}
+    old["provenance"]["informational"] = {"generators": recorded}
+    got = _generators(old)
+    assert got == recorded
+    got["p"] = "edited"
+    assert recorded["p"] == "cmd p"

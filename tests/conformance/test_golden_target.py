@@ -105,3 +105,121 @@ def test_a_symlinked_target_is_refused_as_a_symlink(tmp_path):
         prepare_target(tmp_path / "link")
     prepare_target(tmp_path / "new" / "set")
     assert (tmp_path / "new" / "set").is_dir()
+
+
+def test_read_regular_reads_only_a_regular_file_within_its_limit(tmp_path):
+    from rope_ref.conformance.golden_target import _read_regular
+
+    (tmp_path / "f").write_bytes(b"12345")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    assert _read_regular(tmp_path / "f", 5) == b"12345"
+    for path, limit in ((tmp_path / "f", 4), (tmp_path / "fifo", 9), (tmp_path / "link", 9), (tmp_path, 9)):
+        assert _read_regular(path, limit) is None, path.name
+    assert _read_regular(tmp_path / "missing", 9) is None
+
+
+def test_sha_of_hashes_only_a_regular_file(tmp_path):
+    from rope_ref.conformance.golden_target import _sha_of
+
+    data = os.urandom(2**20 + 5)  # two reads of at most 1 MiB
+    (tmp_path / "f").write_bytes(data)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    assert _sha_of(tmp_path / "f") == hashlib.sha256(data).hexdigest()
+    for name in ("fifo", "link", "missing"):
+        assert _sha_of(tmp_path / name) is None, name
+    assert _sha_of(tmp_path) is None
+
+
+def test_journal_bytes_list_sorted_files_that_read_journal_reads_back(tmp_path):
+    from rope_ref.conformance.golden_target import journal_bytes
+
+    files = {"manifest.json": SHA, "b.npz": "cd" * 32, "a.npz": "ef" * 32}
+    data = journal_bytes(files)
+    assert json.loads(data) == {"journal_version": 1, "files": files}
+    assert list(json.loads(data)["files"]) == ["a.npz", "b.npz", "manifest.json"] and data.endswith(b"}\n")
+    (tmp_path / JOURNAL_NAME).write_bytes(data)
+    assert read_journal(tmp_path) == files
+    (tmp_path / JOURNAL_NAME).unlink()
+    (tmp_path / "elsewhere").write_bytes(data)
+    (tmp_path / JOURNAL_NAME).symlink_to(tmp_path / "elsewhere")  # never followed
+    assert read_journal(tmp_path) == {}
+    (tmp_path / JOURNAL_NAME).unlink()
+    (tmp_path / JOURNAL_NAME).write_text(json.dumps([{"files": files}]))
+    assert read_journal(tmp_path) == {}
+
+
+def test_the_journal_alone_makes_files_ours_when_the_manifest_is_not_valid(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"schema_version": 1}')
+    (tmp_path / "a.npz").write_bytes(b"a")
+    (tmp_path / "b.npz").write_bytes(b"b")
+    sha = {n: hashlib.sha256((tmp_path / n).read_bytes()).hexdigest() for n in ("manifest.json", "a.npz")}
+    journal = {"manifest.json": SHA, "a.npz": sha["a.npz"], "b.npz": sha["a.npz"]}
+    manifest, owned = owned_files(tmp_path, journal)
+    assert manifest is None and owned == {"a.npz": sha["a.npz"]}
+    manifest, owned = owned_files(tmp_path, dict(journal, **{"manifest.json": sha["manifest.json"]}))
+    assert manifest is None and owned == sha
+
+
+def test_a_second_lock_is_refused_and_the_lock_file_is_removed_after(tmp_path):
+    from rope_ref.conformance.golden_target import GoldenWriteError, exclusive_lock
+
+    with exclusive_lock(tmp_path):
+        assert (tmp_path / LOCK_NAME).is_file()
+        with pytest.raises(GoldenWriteError, match=f"{tmp_path}: another 'rope-ref golden generate' is"):
+            with exclusive_lock(tmp_path):
+                pass
+        assert (tmp_path / LOCK_NAME).is_file()
+    assert not (tmp_path / LOCK_NAME).exists()
+    (tmp_path / LOCK_NAME).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(GoldenWriteError, match=f"{LOCK_NAME} is a symlink; refusing to follow it"):
+        with exclusive_lock(tmp_path):
+            pass
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_signals_are_left_alone_outside_the_main_thread():
+    before = signal.getsignal(signal.SIGINT)
+    seen, errors = [], []
+
+    def body():
+        try:
+            with signals_deferred():
+                seen.append(signal.getsignal(signal.SIGINT))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert errors == [] and seen == [before] and signal.getsignal(signal.SIGINT) is before
+
+
+def test_signal_handlers_are_restored_after_the_block():
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with signals_deferred():
+        assert all(signal.getsignal(s) is not h for s, h in before.items())
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_staging_must_be_a_real_directory_and_a_target_not_a_file(tmp_path):
+    from rope_ref.conformance.golden_target import GoldenWriteError, prepare_target
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "to_s").symlink_to(tmp_path / "s")
+    (tmp_path / "file").write_text("x")
+    assert is_our_staging(tmp_path / "s")
+    assert not is_our_staging(tmp_path / "to_s") and not is_our_staging(tmp_path / "file")
+    with pytest.raises(GoldenWriteError, match="--out .*file exists and is not a directory"):
+        prepare_target(tmp_path / "file")
+    prepare_target(tmp_path / "s")  # an existing directory is fine
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def test_the_writer_reads_back_a_manifest_or_journal_as_large_as_the_reader_accepts():
+    """``docs/golden-format.md``: ``manifest_bytes`` is 64 MiB by default."""
+    from rope_ref.conformance.golden_limits import DEFAULT_LIMITS
+    from rope_ref.conformance.golden_target import _MAX_READ
+
+    assert _MAX_READ == 64 * 2**20 == DEFAULT_LIMITS.manifest_bytes

@@ -30,6 +30,10 @@ def factory(precision=None):
 def bad_factory(precision=None):
     return "not a backend"
 
+class WithDevice(OracleBackend):
+    def __init__(self, device="cpu"):
+        self.device = device
+
 NOT_CALLABLE = 42
 """
 
@@ -168,3 +172,186 @@ def test_bad_names_are_one_line_errors(name, error, match):
 def test_builtin_names_list():
     names = registry.builtin_names()
     assert names[:6] == ["numpy", "torch", "torch:cuda", "torch:triton", "cupy", "array-api:<module>"]
+
+
+def test_a_builtin_module_without_available_is_made_with_precision_and_options(monkeypatch):
+    made = []
+    fake = type(sys)("h27_fake_always_there")
+    fake.make_backend = lambda precision=None, **options: made.append((precision, options)) or OracleBackend()
+    monkeypatch.setitem(sys.modules, "h27_fake_always_there", fake)
+    backend = registry._from_module("h27_fake_always_there", {"device": "dev7", "kernel": "k2"}, "bf16")
+    assert isinstance(backend, OracleBackend)
+    assert made == [("bf16", {"device": "dev7", "kernel": "k2"})]
+
+
+def test_a_builtin_checks_availability_with_its_own_options(monkeypatch):
+    asked = []
+    fake = type(sys)("h27_fake_checked")
+    fake.available = lambda **options: asked.append(options) or (True, "")
+    fake.make_backend = lambda precision=None, **options: OracleBackend()
+    monkeypatch.setitem(sys.modules, "h27_fake_checked", fake)
+    monkeypatch.setitem(registry._BUILTINS, "h27-checked", ("h27_fake_checked", {"device": "dev3"}))
+    assert isinstance(get_backend("h27-checked"), OracleBackend)
+    assert asked == [{"device": "dev3"}]
+
+
+def test_peers_are_listed_after_the_builtins_and_resolved_by_the_peers_package(monkeypatch):
+    import rope_ref.peers as peers
+
+    assert registry.PEERS_PACKAGE == "rope_ref.peers"
+    assert registry.builtin_names()[6:] == list(peers.PEERS)
+    fake = type(sys)("h27_fake_peers")
+    fake.PEERS = {"h27-peer": ("x", {})}
+    fake.get_peer = lambda name, precision: ("peer", name, precision)
+    monkeypatch.setattr(registry, "PEERS_PACKAGE", "h27_fake_peers")
+    monkeypatch.setitem(sys.modules, "h27_fake_peers", fake)
+    assert registry.builtin_names()[6:] == ["h27-peer"]
+    assert get_backend("h27-peer", "fp16") == ("peer", "h27-peer", "fp16")
+
+
+def test_without_the_peers_package_only_the_builtins_are_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rope_ref.peers", None)  # import raises ImportError
+    assert registry._peer_names() == ()
+    assert registry.builtin_names() == [
+        "numpy",
+        "torch",
+        "torch:cuda",
+        "torch:triton",
+        "cupy",
+        "array-api:<module>",
+    ]
+
+
+class _EntryPoint:
+    def __init__(self, name, obj):
+        self.name, self.obj = name, obj
+
+    def load(self):
+        return self.obj
+
+
+def test_entry_points_of_the_group_are_resolved_by_name(monkeypatch):
+    groups = []
+
+    class Asked(OracleBackend):
+        def __init__(self, precision=None):
+            self.asked = precision
+
+    def entry_points(group):
+        groups.append(group)
+        return [_EntryPoint("h27-other", OracleBackend()), _EntryPoint("h27-ep", Asked)]
+
+    monkeypatch.setattr(registry.metadata, "entry_points", entry_points)
+    assert registry.ENTRY_POINT_GROUP == "rope_ref.backends"
+    assert get_backend("h27-ep", "fp32").asked == "fp32"
+    assert groups == ["rope_ref.backends"]
+    with pytest.raises(ValueError, match="is an instance; it cannot take precision='fp32'"):
+        get_backend("h27-other", "fp32")
+    with pytest.raises(
+        ValueError, match=r"or use 'module:attr' or an entry point in the 'rope_ref.backends' group$"
+    ):
+        get_backend("h27-nothing")
+
+
+@pytest.mark.parametrize(
+    "name, is_file",
+    [
+        ("mine.py:X", True),
+        ("dir/mod:X", True),
+        ("runs:2026/mine.py:X", True),
+        ("pkg.mod:X", False),
+        ("mod:attr.py", False),
+        ("mod:a/b", False),
+    ],
+)
+def test_what_counts_as_a_file_spec(name, is_file):
+    assert registry._is_file_spec(name) is is_file
+
+
+def test_a_file_that_is_no_python_file_is_one_line(tmp_path):
+    (tmp_path / "backend.txt").write_text(MODULE)
+    with pytest.raises(
+        BackendNotFound, match=r"^backend '.*backend\.txt:X': .*backend\.txt is not a Python file$"
+    ):
+        get_backend(f"{tmp_path}/backend.txt:X")
+
+
+def test_a_file_module_is_named_from_its_file_and_its_folder_put_once_on_the_path(tmp_path, monkeypatch):
+    (tmp_path / "my-rope.v2.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = sys.path.count(str(tmp_path))
+    try:
+        backend = get_backend(f"{tmp_path}/my-rope.v2.py:NoPrecision")
+        assert type(backend).__module__ == "rope_ref_user_backend_my_rope_v2"
+        assert "rope_ref_user_backend_my_rope_v2" in sys.modules
+        assert sys.path.count(str(tmp_path)) == before == 1
+    finally:
+        sys.modules.pop("rope_ref_user_backend_my_rope_v2", None)
+
+
+def test_a_package_module_in_the_cwd_is_found_when_its_top_package_is_missing(tmp_path, monkeypatch):
+    pkg = tmp_path / "h27_cwd_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "impl.py").write_text(MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        assert isinstance(get_backend("h27_cwd_pkg.impl:NoPrecision"), OracleBackend)
+        assert sys.path[0] == str(tmp_path)
+    finally:
+        sys.modules.pop("h27_cwd_pkg.impl", None), sys.modules.pop("h27_cwd_pkg", None)
+
+
+@pytest.mark.parametrize("on_path", ["cwd", ""])
+def test_no_retry_from_the_cwd_when_it_is_already_searched(tmp_path, monkeypatch, on_path):
+    monkeypatch.chdir(tmp_path)
+    entry = str(tmp_path) if on_path == "cwd" else ""
+    monkeypatch.setattr(sys, "path", [entry] + [p for p in sys.path if p not in ("", str(tmp_path))])
+    before = list(sys.path)
+    with pytest.raises(ModuleNotFoundError, match="h27_nowhere_module"):
+        registry._import_user_module("h27_nowhere_module")
+    assert sys.path == before
+    with pytest.raises(
+        ValueError, match=r"^backend 'h27_nowhere_module:X': cannot import module 'h27_nowhere_module' \("
+    ):
+        get_backend("h27_nowhere_module:X")
+
+
+@pytest.mark.parametrize("target", [".relative", "h27_no_pkg.sub"])
+def test_an_array_api_module_that_cannot_be_looked_up_is_not_found(target):
+    with pytest.raises(BackendNotFound, match=rf"^backend 'array-api:{target}': no module named '{target}'"):
+        get_backend(f"array-api:{target}")
+
+
+def test_a_non_string_name_is_refused():
+    with pytest.raises(ValueError, match=r"^backend name must be a non-empty string, got 7$"):
+        get_backend(7)
+
+
+def test_backend_not_found_is_both_unavailable_and_a_value_error():
+    assert issubclass(BackendNotFound, BackendUnavailable) and issubclass(BackendNotFound, ValueError)
+
+
+def test_a_class_with_other_options_but_no_precision_takes_none(user_file):
+    assert get_backend(f"{user_file}:WithDevice").device == "cpu"
+    with pytest.raises(ValueError, match=r"WithDevice' takes no precision option, got precision='fp16'$"):
+        get_backend(f"{user_file}:WithDevice", "fp16")
+
+
+def test_a_file_under_the_home_folder(tmp_path, monkeypatch):
+    (tmp_path / "h27_home_backend.py").write_text(MODULE)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir("/")
+    try:
+        assert isinstance(get_backend("~/h27_home_backend.py:NoPrecision"), OracleBackend)
+    finally:
+        sys.modules.pop("rope_ref_user_backend_h27_home_backend", None)
+
+
+def test_a_peers_package_that_fails_to_import_names_no_peers(tmp_path, monkeypatch):
+    (tmp_path / "h27_broken_peers.py").write_text("raise ImportError(\"cannot import name 'x' from 'y'\")\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "PEERS_PACKAGE", "h27_broken_peers")
+    assert registry._peer_names() == ()
+    assert registry.builtin_names()[-1] == "array-api:<module>"

@@ -8,6 +8,8 @@ written in the test.
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -34,13 +36,56 @@ def test_lists_exist_for_the_modules_the_issue_names():
     assert MUTANTS, "no semantic mutant lists under mutation/semantic/"
 
 
+@functools.cache
+def _module_text_and_statements(module: str) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """A module's text and the character span of each top-level statement (decorators included)."""
+    text = (ROOT / module).read_text(encoding="utf-8")
+    line_starts = [0]
+    for line in text.splitlines(keepends=True):
+        line_starts.append(line_starts[-1] + len(line))
+    spans = []
+    for node in ast.parse(text).body:
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        spans.append((line_starts[first - 1], line_starts[node.end_lineno]))
+    return text, tuple(spans)
+
+
+def _mutated_statements(module: str, old: str, new: str) -> str:
+    """The whole top-level statements that ``old`` touches, with ``new`` in its place.
+
+    Compiling them alone is as strict as compiling the whole mutated module (a bracket or a quote that
+    ``new`` leaves open fails here too) and many times cheaper than compiling the module once per mutant.
+    """
+    text, spans = _module_text_and_statements(module)
+    start = text.index(old)
+    end = start + len(old)
+    touched = [span for span in spans if span[0] < end and start < span[1]]
+    lo = text.rfind("\n", 0, min([start] + [s for s, _ in touched])) + 1
+    hi = max([end] + [e for _, e in touched])
+    return text[lo:start] + new + text[end:hi]
+
+
+@pytest.mark.parametrize("opening", ["(", "'''", "[1,"])
+def test_the_statement_check_fails_what_a_whole_module_compile_fails(opening):
+    module = "rope_ref/positions.py"
+    text, spans = _module_text_and_statements(module)
+    statement = text[spans[-1][0]:spans[-1][1]]
+    line = next(ln for ln in statement.splitlines() if ln.startswith("    ") and ln.strip()[:1].isalpha())
+    assert text.count(line) == 1
+    with pytest.raises(SyntaxError):
+        compile(text.replace(line, line + " " + opening), module, "exec")
+    with pytest.raises(SyntaxError):
+        compile(_mutated_statements(module, line, line + " " + opening), module, "exec")
+    compile(_mutated_statements(module, line, line + "  # " + opening), module, "exec")
+
+
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: f"{m.module}::{m.id}")
 def test_each_mutant_applies_exactly_once(mutant):
-    text = (ROOT / mutant.module).read_text(encoding="utf-8")
+    text, _ = _module_text_and_statements(mutant.module)
     found = text.count(mutant.old)
     assert found == 1, f"{mutant.module}::{mutant.id}: old text found {found} times"
-    mutated = text.replace(mutant.old, mutant.new)
-    compile(mutated, mutant.module, "exec")  # a mutant is a plausible edit, never a syntax error
+    # a mutant is a plausible edit, never a syntax error
+    compile(_mutated_statements(mutant.module, mutant.old, mutant.new), mutant.module, "exec")
 
 
 @pytest.mark.parametrize("entry", list(LISTS.values()), ids=lambda e: e.module)
@@ -123,3 +168,75 @@ def test_an_earlier_runs_decisions_are_read_per_stage():
     assert semantic.decided_in(output) == {"rope_ref/a.py::one"}
     later = {"rope_ref/a.py::one", "rope_ref/a.py::two", "rope_ref/b.py::three", "rope_ref/b.py::four"}
     assert semantic.decided_in(output, later_stages=True) == later
+
+
+class _RecordingSpace(semantic.Workspace):
+    """A workspace over a one-module tree whose pytest runs are recorded, not run: each answers the exit
+    status ``failing`` gives for (stage's first argument, whether the module is mutated), else 0."""
+
+    def __init__(self, root: Path, failing: dict, room_is_last: bool = False):
+        self.root, self.timeout, self.room_is_last = root, 1.0, room_is_last
+        self.failing, self.calls = failing, []
+
+    def pytest(self, args, xdist):
+        mutated = "MUTATED" in (self.root / "rope_ref" / "m.py").read_text(encoding="utf-8")
+        self.calls.append((args[0], xdist, mutated))
+        return self.failing.get((args[0], mutated), 0), "FAILED tests/oracle/test_m.py::t\n", 0.5
+
+
+def _one_module_tree(tmp_path: Path) -> Path:
+    (tmp_path / "rope_ref").mkdir()
+    (tmp_path / "rope_ref" / "m.py").write_text("LIMIT = 4\n", encoding="utf-8")
+    return tmp_path
+
+
+def _mutant(new: str, mid: str = "limit") -> object:
+    return semantic.Mutant("rope_ref/m.py", mid, "constant", "s", "w", "LIMIT = 4", new)
+
+
+def test_stages_run_subset_room_then_suite_each_after_its_own_baseline(tmp_path):
+    space = _RecordingSpace(_one_module_tree(tmp_path), {("tests/oracle", True): 1})
+    out = space.run(_mutant("LIMIT = 5  # MUTATED"), ["tests/oracle/test_m.py"], True, semantic.Baselines())
+    assert (out.result, out.stage) == ("killed", "room")
+    assert out.detail == "FAILED tests/oracle/test_m.py::t"
+    assert space.calls == [
+        ("tests/oracle/test_m.py", False, False),  # the list's baseline, unmutated, no xdist
+        ("tests/oracle/test_m.py", False, True),
+        ("tests/oracle", True, False),  # the room's baseline, unmutated, with xdist like the room's run
+        ("tests/oracle", True, True),
+    ]
+    assert (tmp_path / "rope_ref" / "m.py").read_text(encoding="utf-8") == "LIMIT = 4\n"
+
+
+def test_each_baseline_runs_once_per_list_room_and_suite(tmp_path):
+    space = _RecordingSpace(_one_module_tree(tmp_path), {})
+    baselines = semantic.Baselines()
+    for mid in ("one", "two"):
+        out = space.run(_mutant("LIMIT = 3  # MUTATED", mid), ["tests/oracle/test_m.py"], True, baselines)
+        assert out.result == "survived" and out.detail == ""
+    unmutated = [call for call in space.calls if not call[2]]
+    assert unmutated == [("tests/oracle/test_m.py", False, False), ("tests/oracle", True, False),
+                         (semantic.SUITE[0], True, False)]
+
+
+def test_a_failing_room_baseline_makes_the_mutant_stale_naming_the_folder(tmp_path, capsys):
+    space = _RecordingSpace(_one_module_tree(tmp_path), {("tests/oracle", False): 2})
+    out = space.run(_mutant("LIMIT = 6  # MUTATED"), ["tests/oracle/test_m.py"], True, semantic.Baselines())
+    assert out.result == "stale" and out.detail == "the unmutated tests/oracle fails"
+    printed = capsys.readouterr().out
+    assert "baseline: the tests in tests/oracle fail on the unmutated code (exit 2)" in printed
+
+
+def test_room_is_last_stops_before_the_suite_and_says_so(tmp_path):
+    space = _RecordingSpace(_one_module_tree(tmp_path), {}, room_is_last=True)
+    out = space.run(_mutant("LIMIT = 7  # MUTATED"), ["tests/oracle/test_m.py"], True, semantic.Baselines())
+    assert out.result == "survived"
+    assert out.detail == "(not run against the whole suite; last stage: room)"
+    assert [call[0] for call in space.calls][-1] == "tests/oracle"
+
+
+def test_a_mutant_that_does_not_compile_is_stale_and_runs_nothing(tmp_path):
+    space = _RecordingSpace(_one_module_tree(tmp_path), {})
+    out = space.run(_mutant("LIMIT = (4  # MUTATED"), ["tests/oracle/test_m.py"], True, semantic.Baselines())
+    assert out.result == "stale" and out.detail.startswith("the mutated rope_ref/m.py does not compile: ")
+    assert space.calls == []

@@ -371,6 +371,57 @@ def test_attention_probabilities_sum_to_one_over_keys():
     assert np.all(probs[..., ~mask] == 0.0) and np.all(probs[..., mask] > 0.0)
 
 
+def _softmax_by_hand(q, k, v, qp, kp, cfg, add):
+    """probs and output of one batch row, from explicit rotations and an explicit softmax."""
+    qr = np.array([explicit_rotation(q[i], qp[i], cfg) for i in range(len(q))])
+    kr = np.array([explicit_rotation(k[j], kp[j], cfg) for j in range(len(k))])
+    scores = qr @ kr.T / np.sqrt(cfg.head_dim) + add
+    w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs = w / w.sum(axis=-1, keepdims=True)
+    return probs, probs @ v
+
+
+def test_attention_adds_a_float_mask_and_survives_scores_past_exp_overflow():
+    """Batched q (2, 3, 8) at per-batch positions, k (5, 8) shared, v with 3 features; a float mask
+    (3, 5) is ADDED to the scores; batch 0's q scaled so its scores reach ~1e3 (exp overflows without
+    the max subtracted), batch 1's unscaled so the mask shows. Partial rotary (6 of 8): the scale is
+    sqrt(head_dim) = sqrt(8)."""
+    cfg = RopeConfig(8, layout="interleaved", rotary_dim=6, base=500.0)
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((2, 3, 8)) * np.array([1500.0, 1.0])[:, None, None]  # batch 0: scores ~ 1e3
+    k, v = rng.standard_normal((5, 8)), rng.standard_normal((5, 3))
+    qp, kp = np.array([[2, 9, 4], [0, 30, 7]]), np.array([6, 1, 8, 3, 12])
+    add = np.array([[0.0, -2.5, 1.0, 0.0, -700.0], [3.0, 0.0, 0.0, -1.0, 0.0], [0.0, 0.0, -4.0, 2.0, 0.5]])
+    out, probs = rope_ref.attention(q, k[None], v[None], qp, kp, cfg, mask=add)
+    assert out.shape == (2, 3, 3) and probs.shape == (2, 3, 5)
+    for b in range(2):
+        want_probs, want_out = _softmax_by_hand(q[b], k, v, qp[b], kp, cfg, add)
+        np.testing.assert_allclose(probs[b], want_probs, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(out[b], want_out, rtol=1e-9, atol=1e-12)
+    assert np.isfinite(out).all()
+
+
+def test_attention_rotates_queries_and_keys_by_their_own_positions_at_equal_lengths():
+    """Sq == Sk with different position values: k must turn by k_positions, q by q_positions."""
+    cfg = RopeConfig(8, layout="half", base=100.0)
+    rng = np.random.default_rng(12)
+    q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((4, 8)), rng.standard_normal((4, 2))
+    qp, kp = np.array([0, 3, 7, 12]), np.array([5, 1, 9, 2])
+    out, probs = rope_ref.attention(q, k, v, qp, kp, cfg)
+    want_probs, want_out = _softmax_by_hand(q, k, v, qp, kp, cfg, 0.0)
+    np.testing.assert_allclose(probs, want_probs, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(out, want_out, rtol=1e-9, atol=1e-12)
+
+
+def test_attention_names_the_positions_it_refuses():
+    cfg = RopeConfig(8, layout="half")
+    q, k = np.ones((2, 8)), np.ones((3, 8))
+    with pytest.raises(ValueError, match="^k_positions must be finite, got nan"):
+        rope_ref.attention(q, k, k, np.arange(2), np.array([0.0, np.nan, 1.0]), cfg)
+    with pytest.raises(ValueError, match="^q_positions must be finite, got inf"):
+        rope_ref.attention(q, k, k, np.array([np.inf, 1.0]), np.arange(3), cfg)
+
+
 def test_sinusoidal_embedding_uses_its_base_width_and_limits():
     from rope_ref.sinusoidal import MAX_D_MODEL
 

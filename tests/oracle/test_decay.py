@@ -314,6 +314,13 @@ def test_score_curve_random_average():
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def test_config_label_adds_the_rotary_width_and_the_scaling_only_when_they_matter():
+    assert config_label(RopeConfig(128, layout="half")) == "d=128 base=10000"
+    assert config_label(RopeConfig(128, layout="half", rotary_dim=64)) == "d=128 base=10000 rotary=64"
+    partial = RopeConfig(96, layout="interleaved", base=5e5, rotary_dim=32, scaling=HalfFreq())
+    assert config_label(partial) == "d=96 base=500000 rotary=32 HalfFreq()"
+
+
 @pytest.mark.slow
 def test_plot_decay_writes_png(tmp_path):
     path = tmp_path / "d.png"

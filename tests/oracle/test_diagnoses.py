@@ -410,6 +410,23 @@ def test_exact_line_tells_position_zero_from_a_pass_through_channel(row, channel
     assert kind in msg and "1 of 192 elements out of tolerance, all of them exact elements" in msg
 
 
+@pytest.mark.parametrize(
+    ("row", "channel", "kind"), [(0, 31, "position 0"), (2, 40, "pass-through channel 40")]
+)
+def test_exact_line_of_a_gradient_tells_position_zero_from_a_pass_through_channel(row, channel, kind):
+    """The VJP rotates grad_out by -pos: its exact elements are named like those of apply."""
+    cfg = rope_ref.RopeConfig(64, layout="half", rotary_dim=32)
+    rng = np.random.default_rng(9)
+    x, g = rng.standard_normal((3, 64)), rng.standard_normal((3, 64))
+    pos = np.array([0.0, 4.0, 13.0])
+    grad = rope_ref.apply(g, -pos, cfg)  # the VJP: grad_out turned back
+    grad[row, channel] = np.nextafter(grad[row, channel], 10.0)
+    with pytest.raises(AssertionError) as info:
+        assert_rope_vjp_close(grad, x, pos, cfg, g, precision="float64")
+    msg = str(info.value)
+    assert f"({kind}" in msg and "1 of 192 elements out of tolerance, all of them exact elements" in msg
+
+
 @pytest.mark.parametrize(("times", "named"), [(3.5, True), (4.5, False), (30.0, False)])
 def test_explain_names_a_candidate_only_within_four_times_the_tolerance(times, named):
     """EXPLAIN_SLACK is 4: one element off by ``times`` its own tolerance is named only when times <= 4."""
@@ -461,3 +478,205 @@ def test_a_stale_cache_is_offered_only_where_the_frequencies_depend_on_the_lengt
     assert stale(rope_ref.RopeConfig(16, layout="half", scaling=rope_ref.scaling.DynamicNTK(2.0, 64)))
     assert not stale(rope_ref.RopeConfig(16, layout="half"))
     assert not stale(rope_ref.RopeConfig(16, layout="half", scaling=rope_ref.scaling.Linear(4.0)))
+
+
+def _cut_case(pos, *, cfg=None):
+    """The oracle's float32 judgement of ``apply`` on 8 channels at ``pos``: ``(case, name, tol, policy)``."""
+    cfg = cfg or rope_ref.RopeConfig(8, layout="half")
+    x = np.random.default_rng(7).standard_normal((len(pos), 8))
+    policy = rope_ref.testing.precision_policy("float32")
+    case, name = rope_ref.testing._builder(x, "apply", {}, None)(cfg, np.asarray(pos, dtype=np.float64))()
+    tol = rope_ref.tolerance.element_tolerance(case, name, policy).tol
+    return case, name, tol, policy
+
+
+def _spoiled(case, name, tol, rows, times):
+    """The oracle's answer with element 0 of each row in ``rows`` off by ``times`` its own tolerance."""
+    got = np.array(case.expected[name], dtype=np.float64)
+    got[rows, 0] += times * tol[rows, 0]
+    return got
+
+
+@pytest.mark.parametrize(("times", "cut"), [(19.0, None), (21.0, (4.0, 5.0)), (1e6, (4.0, 5.0))])
+def test_cut_at_needs_the_first_wrong_position_at_twenty_times_its_tolerance(times, cut):
+    """Positions 0..4 right, 5..9 wrong: a cut at 5 only when the tokens at 5 fail by err/tol >= 20 (an
+    error that grows with the position starts near 1); 19 is below, 21 above the documented limit."""
+    pos = np.arange(10.0)
+    case, name, tol, policy = _cut_case(pos)
+    got = _spoiled(case, name, tol, np.arange(5, 10), times)
+    assert diagnoses.cut_at(case, name, got, policy, pos) == cut
+
+
+def test_cut_at_reports_the_last_right_and_the_first_wrong_position_across_a_gap():
+    """Positions 0, 3, 4, 40, 41, 42 (unsorted): right below 40, wrong from 40: ``(4, 40)``."""
+    pos = np.array([41.0, 0.0, 4.0, 40.0, 3.0, 42.0])
+    case, name, tol, policy = _cut_case(pos)
+    got = _spoiled(case, name, tol, pos >= 40, 50.0)
+    assert diagnoses.cut_at(case, name, got, policy, pos) == (4.0, 40.0)
+
+
+@pytest.mark.parametrize(
+    ("pos", "wrong", "why"),
+    [
+        (np.array([0.0, 0.0, 3.0, 5.0, 6.0]), [3, 4], "one right position other than 0 is no evidence"),
+        (np.array([0.0, 1.0, 2.0, 5.0, 6.0]), [3, 4], None),  # the control: two right positions
+        (np.arange(12.0), [4, 5, 6, 7, 8, 9, 10], "one in eight from the cut on passes (< nine in ten)"),
+        (np.arange(12.0), [4, 5, 6, 7, 8, 9, 10, 11], None),  # the control: every one from 4 fails
+        (np.array([1.0, 2.0, 3.5, 4.0]), [2, 3], "a cut at a non-integer position is no table length"),
+        (np.arange(6.0), [], "nothing wrong"),
+        (np.arange(1.0, 6.0), [0, 1, 2, 3, 4], "everything wrong"),
+    ],
+)
+def test_cut_at_gives_nothing_without_the_pattern_of_a_short_table(pos, wrong, why):
+    case, name, tol, policy = _cut_case(pos)
+    got = _spoiled(case, name, tol, np.array(wrong, dtype=int), 50.0)
+    found = diagnoses.cut_at(case, name, got, policy, pos)
+    if why is None:
+        assert found == (float(pos[pos < pos[wrong[0]]].max()), float(pos[wrong[0]]))
+    else:
+        assert found is None, why
+
+
+def test_cut_at_reads_nan_as_wrong_and_gives_nothing_for_what_it_cannot_judge():
+    pos = np.arange(8.0)
+    case, name, tol, policy = _cut_case(pos)
+    got = _spoiled(case, name, tol, np.arange(4, 8), 50.0)
+    got[4:, 1] = np.nan
+    got[4, 0] = case.expected[name][4, 0]  # position 4 wrong by its NaN alone
+    assert diagnoses.cut_at(case, name, got, policy, pos) == (3.0, 4.0)
+    assert diagnoses.cut_at(case, name, got[:, :3], policy, pos) is None  # shapes that do not broadcast
+    with pytest.raises(KeyError):  # a mistake of the caller is not hidden as "no estimate"
+        diagnoses.cut_at(case, "no such output", got, policy, pos)
+
+
+# -- the estimators, at the helpers -------------------------------------------------------------------------
+
+CFG16 = rope_ref.RopeConfig(16, layout="half")
+
+
+def _hf_inv_freq(base, d=16):
+    return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+
+
+def test_bases_from_freqs_reads_the_base_of_the_observed_frequencies():
+    assert diagnoses.bases_from_freqs(_hf_inv_freq(5e5), CFG16, None) == pytest.approx([5e5], rel=1e-9)
+    spoiled = _hf_inv_freq(5e5)
+    spoiled[3] *= 7.0
+    weight = np.ones(8)
+    weight[3] = 0.0  # a pair without evidence does not move the estimate
+    assert diagnoses.bases_from_freqs(spoiled, CFG16, None, weight) == pytest.approx([5e5], rel=1e-9)
+    assert diagnoses.bases_from_freqs(spoiled, CFG16, None)[0] < 4e5  # the control: unweighted it does
+
+
+def test_bases_from_freqs_adds_a_fitted_base_under_a_scaling():
+    """Linear scaling divides every frequency by 4: the log fit reads base 5e5 from the scaled table
+    (obs / omega is the same ratio as unscaled), and the golden-section search over the scaled
+    frequencies finds 5e5 too."""
+    cfg = rope_ref.RopeConfig(16, layout="half", scaling=rope_ref.Linear(4.0))
+    found = diagnoses.bases_from_freqs(_hf_inv_freq(5e5) / 4.0, cfg, None)
+    assert len(found) == 2 and found == pytest.approx([5e5, 5e5], rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("obs", "cfg", "why"),
+    [
+        (_hf_inv_freq(5e5)[:7], CFG16, "one frequency per pair needed"),
+        (_hf_inv_freq(5e5, 2), rope_ref.RopeConfig(2, layout="half"), "one pair holds no base"),
+        (np.r_[1.0, -_hf_inv_freq(5e5)[1:]], CFG16, "no positive frequency past pair 0"),
+        (_hf_inv_freq(0.5), CFG16, "a base of 0.5 is no base"),
+    ],
+)
+def test_bases_from_freqs_gives_nothing_without_evidence(obs, cfg, why):
+    assert diagnoses.bases_from_freqs(obs, cfg, None) == [], why
+
+
+def test_observed_freqs_fit_the_angles_over_the_widest_span():
+    omega = np.array([0.9, 0.05, 1e-3])
+    P = np.array([3.0, 4.0, 6.0, 11.0, 43.0])
+    est, span, gap = diagnoses._observed_freqs(P, np.exp(1j * omega * P[:, None]))
+    assert (span, gap) == (40.0, 1.0)
+    np.testing.assert_allclose(est, omega, rtol=1e-12)
+    assert diagnoses._observed_freqs(P[:1], np.ones((1, 3))) is None
+
+
+def test_estimate_shift_reads_the_offset_and_skips_empty_pairs():
+    omega = np.array([1.0, 0.1, 0.01])
+    P = np.array([0.0, 2.0, 7.0])
+    W = 2.0 * np.exp(1j * omega * (P[:, None] + 23.0))
+    assert diagnoses._estimate_shift(P, W, omega) == pytest.approx(23.0, abs=1e-9)
+    W[:, 2] = 0.0  # the slowest pair holds nothing: 23 from the next (0.1 * 23 < pi: no wrap)
+    assert diagnoses._estimate_shift(P, W, omega) == pytest.approx(23.0, abs=1e-9)
+    assert diagnoses._estimate_shift(P, np.zeros_like(W), omega) is None
+
+
+def test_table_candidates_need_the_first_wrong_position_and_a_whole_shift():
+    omega = _hf_inv_freq(1e4)
+    P = np.arange(0.0, 12.0)
+    used = np.minimum(P, 7.0)  # a table of 8 rows, clamped
+    W = np.exp(1j * omega * used[:, None])
+
+    def build(cfg, pos):
+        return tuple(np.asarray(pos).tolist())
+
+    found = diagnoses._table_candidates(P, W, omega, CFG16, P, 8.0, 1.0, build)
+    assert found[0][0] == "a cos/sin table of 8 rows read past its end (positions >= 8 clamped to row 7)"
+    assert found[0][1] == (0, 1, 2, 3, 4, 5, 6, 7, 7, 7, 7, 7)
+    assert diagnoses._table_candidates(P, W, omega, CFG16, P, 8.5, 1.0, build) == []  # not a position
+    half = W.copy()
+    half[8] = np.exp(1j * omega * 7.5)  # rotated by a position half-way between rows
+    assert diagnoses._table_candidates(P, half, omega, CFG16, P, 8.0, 1.0, build) == []
+
+
+def test_by_position_sums_every_token_at_a_position():
+    p = np.array([[5.0, 2.0], [2.0, 9.0]])
+    z = np.array([[[1.0, 2j], [3.0, 1j]], [[10.0, 5j], [7.0, 0.5]]])
+    P, W = diagnoses._by_position(p, z)
+    assert P.tolist() == [2.0, 5.0, 9.0]
+    assert W.tolist() == [[13.0, 6j], [1.0, 2j], [7.0, 0.5]]  # position 2: two tokens summed
+
+
+def test_rotate_with_turns_each_pair_by_sign_times_position_and_scales_it():
+    cfg = rope_ref.RopeConfig(6, layout="interleaved", rotary_dim=4)
+    v = np.array([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [0.5, -1.0, 2.0, 0.0, 7.0, 8.0]])
+    pos, omega = np.array([3.0, 10.0]), np.array([0.2, 0.05])
+    got = diagnoses._rotate_with(v, pos, cfg, omega, 1.5, -1.0)
+    for t in range(2):
+        for i, (a, b) in enumerate(((0, 1), (2, 3))):
+            ang = -pos[t] * omega[i]
+            rot = 1.5 * np.array([[np.cos(ang), -np.sin(ang)], [np.sin(ang), np.cos(ang)]]) @ v[t, [a, b]]
+            np.testing.assert_allclose(got[t, [a, b]], rot, rtol=1e-14)
+        assert got[t, 4:].tolist() == v[t, 4:].tolist()  # pass-through channels untouched, unscaled
+    assert v[0].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]  # the input is not written
+
+
+@pytest.mark.parametrize("error", [ValueError, TypeError, ZeroDivisionError])
+def test_explain_skips_a_candidate_that_does_not_fit_the_config(error):
+    cfg = rope_ref.RopeConfig(8, layout="half")
+    x = np.random.default_rng(8).standard_normal((3, 8))
+    pos = np.array([2.0, 5.0, 11.0])
+    build = rope_ref.testing._builder(x, "apply", {}, None)
+
+    def bad():
+        raise error("does not fit")
+
+    got = rope_ref.apply(x, pos, cfg)
+    policy = rope_ref.testing.precision_policy("float64")
+    assert diagnoses.explain(got, policy, [("bad", bad), ("fits", build(cfg, pos))]) == (
+        "fits (matches the oracle run with that mistake)"
+    )
+
+
+def test_estimate_shift_skips_pairs_that_do_not_turn():
+    omega = np.array([1.0, 0.1, 0.0])  # a zero frequency (proportional RoPE) holds no phase
+    P = np.array([1.0, 4.0])
+    W = np.exp(1j * omega * (P[:, None] + 6.0))
+    assert diagnoses._estimate_shift(P, W, omega) == pytest.approx(6.0, abs=1e-9)
+
+
+def test_candidates_that_cannot_be_estimated_are_no_candidates():
+    """Halves of different widths (a ValueError inside the estimate) give no candidate, not an error."""
+    build = rope_ref.testing._builder(np.ones((3, 16)), "apply", {}, None)
+    pos = np.arange(3.0)
+    assert diagnoses.table_bug_candidates(np.ones((3, 8)), np.ones((3, 5)), pos, CFG16, None, build) == []
+    v, got = np.ones((3, 16)), np.ones((3, 9))
+    assert diagnoses.common_bug_candidates(v, got, pos, CFG16, None, build, 1.0, None) == []

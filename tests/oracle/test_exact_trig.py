@@ -136,3 +136,91 @@ def test_zero_angle_keeps_the_sign_of_its_zero(m, theta):
     cos, sin = cos_sin_of_product(np.array([m]), np.array([theta]))
     negative = (m < 0 or np.signbit(m)) != (theta < 0 or np.signbit(theta))
     assert cos[0] == 1.0 and sin[0] == 0.0 and bool(np.signbit(sin[0])) == negative
+
+
+def test_scalar_inputs_give_zero_dimensional_correctly_rounded_results():
+    cos, sin = cos_sin_of_product(12345.678, 0.001)
+    assert cos.shape == sin.shape == () and cos.dtype == sin.dtype == np.float64
+    c, s = _reference(12345.678, 0.001)
+    assert (float(cos), float(sin)) == (float(c), float(s))
+
+
+@pytest.mark.parametrize("block", [1, 3, 5])
+def test_blocks_of_any_size_give_the_same_bits(monkeypatch, block):
+    """Blocking over the longest axis (7 rows, the last block partial) changes no bit of the answer."""
+    from rope_ref import _exact_trig
+
+    m = np.array([0.0, 1.0, -3.5, 1e6, 2.0**30 + 0.25, 17.0, -1e9])[:, None]
+    theta = np.array([1.0, 0.0123, 1e-4])
+    for a, b in ((m, theta), (theta[:, None], m[:, 0])):  # the longest axis first, then last
+        whole = cos_sin_of_product(a, b)
+        monkeypatch.setattr(_exact_trig, "_BLOCK", block)
+        blocked = cos_sin_of_product(a, b)
+        monkeypatch.undo()
+        assert all(x.tobytes() == w.tobytes() for x, w in zip(blocked, whole, strict=True))
+    for i in (1, 3, 4, 6):
+        c, s = _reference(float(m[i, 0]), float(theta[1]))
+        assert (blocked[0][1, i], blocked[1][1, i]) == (float(c), float(s))
+
+
+def test_angle_check_at_the_helper_uses_magnitudes_and_skips_empty_inputs():
+    from rope_ref._exact_trig import check_angle_range
+
+    check_angle_range(np.array([-(2.0**40)]), np.array([-(2.0**8)]))  # exactly 2**48: accepted
+    for m, theta in (([-(2.0**40)], [2.0**8 * (1 + 2**-52)]), ([2.0**40], [-(2.0**9)])):
+        with pytest.raises(ValueError, match=r"reaches 2\.81475e\+14 rad|reaches 5\.6295e\+14 rad"):
+            check_angle_range(np.array(m), np.array(theta))
+    check_angle_range(np.array([]), np.array([1e300]))  # nothing to rotate
+    check_angle_range(np.array([1e300]), np.empty(0))
+
+
+def test_quarter_turns_split_two_over_pi_times_theta_into_three_parts():
+    from rope_ref._exact_trig import _quarter_turns
+
+    for theta in (1.0, 0.1, 1e-4, 3.0e5):
+        w = _quarter_turns(theta)
+        exact = MP.mpf(theta) * 2 / MP.pi
+        assert abs(w[1]) <= np.spacing(abs(w[0])) and abs(w[2]) <= np.spacing(abs(w[1]))
+        assert abs(MP.mpf(w[0]) + MP.mpf(w[1]) + MP.mpf(w[2]) - exact) <= abs(exact) * MP.mpf(2) ** -155
+
+
+def test_a_table_row_past_the_end_raises_at_the_block():
+    """Inputs no position reaches (a reduced fraction near 0.85 in quadrant 3 -> row 558 of 515):
+    the block refuses rather than wrapping round the table."""
+    from rope_ref import _exact_trig
+
+    one = np.ones(1)
+    w1, w2 = np.array([3.25]), np.array([0.6])  # k = 3, f = 0.85
+    parts = (one, one, 0 * one, one, w1, *_exact_trig._split(w1), w2, *_exact_trig._split(w2), 0 * one)
+    with pytest.raises(IndexError):
+        _exact_trig._block(*parts, np.empty(1), np.empty(1), _exact_trig._Scratch(1))
+    ok = (one, one, 0 * one, one, np.array([3.125]), *_exact_trig._split(np.array([3.125])), 0 * one,
+          0 * one, 0 * one, 0 * one)  # 3.125 quarter turns: cos, sin of 3.125 pi / 2
+    cos, sin = np.empty(1), np.empty(1)
+    _exact_trig._block(*ok, cos, sin, _exact_trig._Scratch(1))
+    assert (cos[0], sin[0]) == (float(MP.cospi(MP.mpf(3.125) / 2)), float(MP.sinpi(MP.mpf(3.125) / 2)))
+
+
+@pytest.mark.parametrize(
+    ("m", "theta"), [(1e-160, 1e-160), (2.0**-270, 3 * 2.0**-271), (-(2.0**-250), 2.0**-251)]
+)
+def test_tiny_angles_give_cos_one_and_the_product_rounded_once(m, theta):
+    """Below 2**-500 quarter turns Dekker's products would underflow: sin is fl(m * theta), cos 1."""
+    cos, sin = cos_sin_of_product(np.array([m, 1.0]), np.array([theta]))
+    c, s = _reference(m, theta)
+    assert (cos[0], sin[0]) == (float(c), float(s)) == (1.0, m * theta)
+    c1, s1 = _reference(1.0, theta)
+    assert (cos[1], sin[1]) == (float(c1), float(s1))
+
+
+def test_polynomials_use_taylors_coefficients_up_to_the_documented_degrees():
+    """sin t - t to degree 7 and cos t - 1 to degree 8 (module docstring, step 3): (-1)^k / n! rounded,
+    the truncation below 2**-75 at |t| <= pi/512."""
+    from math import factorial, pi
+
+    from rope_ref import _exact_trig as et
+
+    assert (et._S3, et._S5, et._S7) == tuple((-1) ** k / factorial(2 * k + 1) for k in (1, 2, 3))
+    assert (et._C2, et._C4, et._C6, et._C8) == tuple((-1) ** k / factorial(2 * k) for k in (1, 2, 3, 4))
+    t = pi / 512
+    assert max(t**9 / factorial(9), t**10 / factorial(10)) < 2.0**-75 < t**8 / factorial(8)

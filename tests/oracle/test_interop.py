@@ -277,3 +277,103 @@ class _ArrayOnly:
 def test_objects_with_an_array_protocol_are_left_to_numpy():
     assert foreign_to_numpy(_ArrayOnly(), "x") is None
     assert foreign_to_numpy(range(3), "x") is None and foreign_to_numpy(2.5, "x") is None
+
+
+# -- the fallbacks of the generic converter: device copies, other protocols, CuPy and JAX ----------------
+
+
+class _Dlpack:
+    """A DLPack array on the host that hands out its buffer only as a copy (``copy=True``) when
+    ``copy_only``, or never; ``__array__`` only when ``array``."""
+
+    def __init__(self, values, *, copy_only=False, array=False):
+        self._a, self._copy_only = np.asarray(values), copy_only
+        self.dtype = self._a.dtype
+        if array:
+            self.__array__ = lambda dtype=None, copy=None: self._a.copy()
+
+    def __dlpack__(self, **kw):
+        if not self._copy_only or kw.get("copy") is not True:
+            raise BufferError("no zero-copy export")
+        return self._a.copy().__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_a_device_array_is_fetched_as_a_host_copy_through_dlpack():
+    got = foreign_to_numpy(_Dlpack([1.5, -2.0, 3.25], copy_only=True), "x")
+    assert isinstance(got, np.ndarray) and got.dtype == np.float64 and got.tolist() == [1.5, -2.0, 3.25]
+
+
+def test_without_dlpack_export_the_array_protocol_is_used():
+    got = foreign_to_numpy(_Dlpack(np.array([4, 5], dtype=np.int16), array=True), "x")
+    assert got.dtype == np.int16 and got.tolist() == [4, 5]
+
+
+def test_an_array_that_cannot_reach_the_host_is_refused_naming_the_argument():
+    with pytest.raises(TypeError, match=r"^k_positions: cannot move .*_Dlpack to host memory \(no zero-copy"):
+        foreign_to_numpy(_Dlpack([1.0]), "k_positions")
+
+
+def test_bfloat16_from_the_array_protocol_widens_exactly_and_complex_is_refused():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    values = [1.0, -3.0e38, 2.0**-130, 0.1]  # beyond float16, subnormal in float32, a rounded value
+    bf16 = np.array(values, dtype=ml_dtypes.bfloat16)
+    got = foreign_to_numpy(_Dlpack(bf16, array=True), "x")
+    assert got.dtype == np.float32
+    assert got.astype(np.float64).tolist() == [float(v) for v in bf16.astype(np.float64)]
+    hidden = _Dlpack(np.array([1 + 2j]), array=True)
+    hidden.dtype = None  # a complex array that does not say so until converted
+    with pytest.raises(TypeError, match=r"^q must be a real array, got a complex .*_Dlpack"):
+        foreign_to_numpy(hidden, "q")
+
+
+def _fake_library_array(monkeypatch, module: str, cls: str, **attrs):
+    """An instance of a class registered as ``module.cls`` (array-api-compat recognises it by that)."""
+    import sys
+    import types
+
+    base = type(cls, (), {})
+    monkeypatch.setitem(sys.modules, module, types.SimpleNamespace(**{cls: base}))
+    return type("Fake" + cls, (base,), attrs)()
+
+
+def test_cupy_arrays_are_copied_to_the_host_with_get(monkeypatch):
+    host = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    arr = _fake_library_array(monkeypatch, "cupy", "ndarray", dtype=host.dtype, get=lambda self: host)
+    assert is_foreign_array(arr)
+    got = foreign_to_numpy(arr, "x")
+    assert got.dtype == np.float32 and got.tolist() == host.tolist()
+
+
+def test_jax_arrays_are_read_through_their_array_protocol(monkeypatch):
+    host = np.array([7.0, 8.5])
+
+    def no_dlpack(self, **kw):
+        raise AssertionError("a JAX array is read with __array__, not DLPack")
+
+    arr = _fake_library_array(
+        monkeypatch, "jax", "Array", dtype=host.dtype, __array__=lambda self, dtype=None, copy=None: host,
+        __dlpack__=no_dlpack,
+    )
+    assert foreign_to_numpy(arr, "x").tolist() == [7.0, 8.5]
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: torch.empty(2, device="meta"), r"^k_positions is a torch tensor on the 'meta' device"),
+        (lambda: torch.eye(2).to_sparse(), r"^k_positions is a torch tensor with layout torch.sparse_coo"),
+        (lambda: torch.zeros(2, dtype=torch.complex64), r"^k_positions must be a real array, got a complex"),
+    ],
+    ids=["meta", "sparse", "complex"],
+)
+def test_torch_refusals_name_the_argument(make, match):
+    with pytest.raises(TypeError, match=match):
+        foreign_to_numpy(make(), "k_positions")
+
+
+def test_numpy_scalars_and_bytes_are_not_foreign():
+    assert not is_foreign_array(np.float32(1.5)) and not is_foreign_array(np.int64(3))
+    assert foreign_to_numpy(b"ab", "x") is None and foreign_to_numpy(np.float16(2.0), "x") is None

@@ -122,3 +122,94 @@ def test_from_hf_reads_gemma3_sliding_window_pattern(pattern, global_layers):
     model = layers.from_hf(gemma)
     assert [i for i in range(7) if model.rope(i).base == 1e6] == global_layers
     assert all(model.rope(i).base == 1e4 for i in range(7) if i not in global_layers)
+
+
+def test_gemma3_reads_each_of_its_parameters():
+    """Every parameter distinct from its default and from the others: pattern 2 -> layers 1, 3 global."""
+    model = layers.gemma3(5, 32, global_factor=2.0, rope_theta=3e5, rope_local_base_freq=2e4,
+                          sliding_window_pattern=2)
+    local = rope_ref.RopeConfig(32, layout="half", base=2e4)
+    glob = rope_ref.RopeConfig(32, layout="half", base=3e5, scaling=rope_ref.Linear(2.0))
+    assert model.ropes == (local, glob, local, glob, local) and model.name == "gemma3"
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: layers.gemma3(0, 8, global_factor=None), "num_layers"),
+        (lambda: layers.gemma3(2, 8, global_factor=None, sliding_window_pattern=0), "sliding_window_pattern"),
+        (lambda: layers.llama4(0, rope_ref.RopeConfig(8, layout="half")), "num_layers"),
+        (lambda: layers.llama4(2, rope_ref.RopeConfig(8, layout="half"), interval=0), "interval"),
+        (lambda: layers.llama4(2, rope_ref.RopeConfig(8, layout="half"), no_rope_layers=[1, 0.5]),
+         r"no_rope_layers\[1\]"),
+    ],
+    ids=["gemma3-no-layers", "gemma3-pattern-0", "llama4-no-layers", "llama4-interval-0", "llama4-flag-half"],
+)
+def test_layer_builders_refuse_bad_counts_naming_the_argument(call, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        call()
+
+
+def test_llama4_interval_sets_the_default_nope_layers():
+    model = layers.llama4(6, rope_ref.RopeConfig(8, layout="half"), interval=2)
+    assert [i for i in range(6) if model.rope(i) is None] == [1, 3, 5]
+    assert layers.llama4(1, rope_ref.RopeConfig(8, layout="half"), interval=1).ropes == (None,)
+
+
+_LLAMA4 = {"model_type": "llama4_text", "num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 4,
+           "rope_theta": 5e5}
+
+
+def test_from_hf_reads_the_text_config_its_flags_and_its_name():
+    """A wrapper's text_config gives the layers; explicit no_rope_layers win over the interval rule;
+    the name is ``_name_or_path``, else the model type."""
+    wrapped = {"model_type": "llama4", "_name_or_path": "meta/scout",
+               "text_config": {**_LLAMA4, "no_rope_layers": [0, 1, 1], "no_rope_layer_interval": 2}}
+    model = layers.from_hf(wrapped)
+    assert model.name == "meta/scout" and model.num_layers == 3
+    assert [model.rope(i) is None for i in range(3)] == [True, False, False]
+    assert model.rope(1) == rope_ref.RopeConfig(16, layout="interleaved", base=5e5)
+    assert layers.from_hf(_LLAMA4).name == "llama4_text"
+
+
+def test_from_hf_layer_rope_theta_keeps_the_other_rope_parameters():
+    cfg = {"model_type": "granite_swa", "head_dim": 16, "num_hidden_layers": 3, "max_position_embeddings": 64,
+           "rope_parameters": {"rope_type": "linear", "factor": 3.0, "rope_theta": 1.0},
+           "layer_rope_theta": [2e4, 7e4, 0]}
+    model = layers.from_hf(cfg, layout="interleaved")
+    linear = rope_ref.Linear(3.0)
+    want = [rope_ref.RopeConfig(16, layout="interleaved", base=b, scaling=linear) for b in (2e4, 7e4)]
+    assert model.ropes == (*want, None)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"num_hidden_layers": None}, "missing the key 'num_hidden_layers'"),
+        ({"layer_types": None}, "keyed by layer type but no layer_types list"),
+        ({"layer_types": ["full_attention", "chunked_attention"]},
+         r"layer_types names \['chunked_attention'\], which have no RoPE in the config "
+         r"\(has \['full_attention', 'sliding_attention'\]\)"),
+    ],
+)
+def test_from_hf_refuses_layers_it_cannot_place(change, match):
+    cfg = {"model_type": "beam", "head_dim": 16, "num_hidden_layers": 2,
+           "layer_types": ["sliding_attention", "full_attention"],
+           "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                               "full_attention": {"rope_type": "default", "rope_theta": 1e6}}}
+    cfg = {k: v for k, v in {**cfg, **change}.items() if v is not None}
+    with pytest.raises(ValueError, match=match):
+        layers.from_hf(cfg, layout="half")
+
+
+def test_from_hf_refuses_a_config_with_one_rope_for_every_layer():
+    cfg = {"model_type": "llama", "head_dim": 16, "num_hidden_layers": 2}
+    with pytest.raises(ValueError, match="model_type 'llama' has one RoPE for every layer: use RopeConfig"):
+        layers.from_hf(cfg)
+
+
+@pytest.mark.parametrize("thetas", [[1e4, 2e4], [1e4, 2e4, 3e4, 4e4], "1e4"])
+def test_from_hf_layer_rope_theta_needs_one_base_per_layer(thetas):
+    cfg = {"model_type": "granite_swa", "head_dim": 16, "num_hidden_layers": 3, "layer_rope_theta": thetas}
+    with pytest.raises(ValueError, match=r"^layer_rope_theta must be a list of num_hidden_layers=3 bases"):
+        layers.from_hf(cfg, layout="half")

@@ -411,3 +411,43 @@ def test_scaling_validate_refuses_at_the_base_class(toy, match):
     with pytest.raises(ValueError, match=match):
         toy.validate(10000.0, 8)
     _Toy(long_table=np.zeros(4), length_dependent=False).validate(10000.0, 8)  # never asked for long
+
+
+@pytest.mark.parametrize(
+    "toy, match",
+    [
+        (_Toy(table=np.array([1.0, np.nan, 0.5, 0.25])),
+         r"^Toy\(\) gives no valid frequency table for rotary_dim=8, base=20000.0$"),
+        (_Toy(table=np.array([1.0, -0.5, 0.5, 0.25])), "no valid frequency table"),
+        (_Toy(table=np.array([1.0, np.inf, 0.5, 0.25])), "no valid frequency table"),
+        (_Toy(table=np.ones((1, 4))), "no valid frequency table"),
+        (_Toy(table=np.zeros(4), long_table=np.ones(4), length_dependent=True), "no valid frequency table"),
+        (_Toy(factor=float("nan")), r"^Toy\(\) gives attention factor nan; it must be finite and > 0$"),
+    ],
+    ids=["nan-entry", "negative-entry", "inf-entry", "2d-table", "bad-at-the-original-length", "factor-nan"],
+)
+def test_scaling_validate_refuses_every_bad_table_at_the_base_class(toy, match):
+    with pytest.raises(ValueError, match=match):
+        toy.validate(20000.0, 8)
+
+
+def test_scaling_base_leaves_the_table_and_the_hf_dict_to_its_subclasses():
+    base = rope_ref.scaling_base.Scaling()
+    with pytest.raises(NotImplementedError):
+        base.inv_freq(10000.0, 8, None)
+    with pytest.raises(NotImplementedError):
+        base.to_hf()
+
+
+class _BadOnlyPastATrillion(_Toy):
+    """Frequencies valid up to 2**40 - 1 tokens, zero from 2**40 on (where validate looks)."""
+
+    def inv_freq(self, base, rotary_dim, seq_len):
+        long = seq_len is not None and seq_len >= 2**40
+        return np.zeros(rotary_dim // 2) if long else np.ones(rotary_dim // 2)
+
+
+def test_scaling_validate_looks_at_a_very_long_length_only_when_length_dependent():
+    with pytest.raises(ValueError, match="no valid frequency table"):
+        _BadOnlyPastATrillion(length_dependent=True).validate(10000.0, 8)
+    _BadOnlyPastATrillion(length_dependent=False).validate(10000.0, 8)
