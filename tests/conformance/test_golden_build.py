@@ -107,6 +107,43 @@ def test_a_tensor_name_that_is_not_an_identifier_is_refused(name):
 
 def test_manifest_bytes_are_one_space_indented_ascii():
     assert manifest_bytes({"a": [1], "b": "é"}) == b'{\n "a": [\n  1\n ],\n "b": "\\u00e9"\n}\n'
+    # the keys keep the order the manifest gives them (the documented field order), never sorted
+    unsorted = b'{\n "z": 1,\n "a": {\n  "y": 2,\n  "b": 3\n }\n}\n'
+    assert manifest_bytes({"z": 1, "a": {"y": 2, "b": 3}}) == unsorted
+
+
+def test_manifest_bytes_write_the_fields_in_the_schema_order():
+    """The order of the tables of docs/golden-format.md §1, top level and in each case entry."""
+    _, manifest = _build(_case())
+    written = json.loads(manifest_bytes(manifest))
+    top = ["schema_version", "suite_version", "format", "provenance", "bug_classes", "cases"]
+    assert list(written) == top
+    entry_keys = ["id", "op", "description", "bug_class", "tolerance", "io_dtype", "config", "params", "file"]
+    assert list(written["cases"][0])[: len(entry_keys)] == entry_keys
+
+
+def test_jsonable_converts_inside_lists_and_tuples_at_every_depth():
+    from rope_ref.conformance.golden_build import _jsonable
+
+    got = _jsonable({"a": (np.int64(7), [np.float32(0.5), {"b": np.int32(-2)}]), 3: [np.str_("s")]})
+    assert got == {"a": [7, [0.5, {"b": -2}]], "3": ["s"]}
+    assert [type(v) for v in (got["a"][0], got["a"][1][0], got["a"][1][1]["b"], got["3"][0])] == [
+        int,
+        float,
+        int,
+        str,
+    ]
+    for bad in ([1.0, float("nan")], ({"x": [float("-inf")]},)):
+        with pytest.raises(ValueError, match="non-finite number .* cannot go into a golden manifest"):
+            _jsonable({"params": bad})
+
+
+def test_numpy_scalars_and_non_finite_numbers_inside_lists_of_a_case():
+    _, manifest = _build(_case(params={"seq_len": None, "sections": [np.int64(2), np.int64(3)]}))
+    sections = manifest["cases"][0]["params"]["sections"]
+    assert sections == [2, 3] and [type(v) for v in sections] == [int, int]
+    with pytest.raises(ValueError, match="non-finite number nan"):
+        _build(_case(params={"seq_len": None, "scales": [1.0, float("nan")]}))
 
 
 @pytest.mark.parametrize("case_id", ["cos sin", "", "-a", "cos_sin\n", 7])

@@ -59,6 +59,54 @@ def test_merge_keeps_the_other_cases_first_with_their_commands_and_bug_classes()
     assert merged["bug_classes"] == {"decay": "d", "rotation": "r", "tables": "t"}
 
 
+def test_merged_provenance_and_descriptions_are_the_new_runs_with_the_commands_added():
+    """The new run's provenance (version, licence, its informational record) and its bug-class wording win;
+    only the commands of the kept groups are carried over from the old manifest."""
+    from rope_ref.conformance.golden_merge import merge_sets
+
+    old = _manifest(
+        "cmd old",
+        {"tables": "old wording", "rotation": "kept class"},
+        _entry("cos_sin-old", "cos_sin", "rotation"),
+        generators={"old": "cmd old"},
+    )
+    old["provenance"].update(rope_ref_version="0.1-old", numpy_version="1.0", license="OLD-1.0")
+    old["provenance"]["informational"]["host"] = "old-box"
+    new = _manifest("cmd new", {"tables": "new wording"}, _entry("cos_sin-new", "cos_sin", "tables"))
+    new["provenance"].update(rope_ref_version="0.2-new", informational={"host": "new-box", "torch": "9.9"})
+    _, merged = merge_sets(Path("out"), old, new, "new", command="cmd new")
+    assert merged["provenance"] == {
+        "rope_ref_version": "0.2-new",
+        "generator": "cmd old && cmd new",
+        "source": "custom",
+        "informational": {
+            "host": "new-box",
+            "torch": "9.9",
+            "generators": {"old": "cmd old", "new": "cmd new"},
+        },
+    }
+    assert merged["bug_classes"] == {"rotation": "kept class", "tables": "new wording"}
+    assert new["provenance"]["generator"] == "cmd new"  # the run's own manifest is not edited
+    assert new["provenance"]["informational"] == {"host": "new-box", "torch": "9.9"}
+
+
+@pytest.mark.parametrize(
+    ("case_id", "op", "name"),
+    [
+        ("cos_sin-m7", "cos_sin", "m7"),
+        ("cos_sin-m7-bf16", "cos_sin", "m7"),
+        ("cos_sin-llama-2-7b-fp32", "cos_sin", "llama-2-7b"),  # a hyphenated name keeps all of its parts
+        ("cos_sin-llama-2-7b", "cos_sin", "llama-2-7b"),
+        ("cos_sin-m7-fp8", "cos_sin", "m7-fp8"),  # not a dtype suffix: part of the name
+        ("apply-m7", "cos_sin", "apply-m7"),  # another op's prefix is not stripped
+    ],
+)
+def test_group_of_recovers_the_set_name_of_a_custom_case_id(case_id, op, name):
+    from rope_ref.conformance.golden_merge import _group_of
+
+    assert _group_of({"op": op, "id": case_id}) == name
+
+
 def test_merge_replaces_the_groups_own_command():
     from rope_ref.conformance.golden_merge import merge_sets
 
@@ -154,7 +202,12 @@ def test_a_kept_case_that_needs_a_replaced_case_is_refused():
 
 @pytest.mark.parametrize(
     ("ids", "key"),
-    [(["cos_sin-m7", "cos_sin-m7-bf16"], "m7"), (["cos_sin-m7", "cos_sin-q2"], ""), (["cos_sin-a-b"], "a-b")],
+    [
+        (["cos_sin-m7", "cos_sin-m7-bf16"], "m7"),
+        (["cos_sin-m7", "cos_sin-q2"], ""),
+        (["cos_sin-a-b"], "a-b"),
+        (["cos_sin-a-b-fp32", "cos_sin-a-b"], "a-b"),
+    ],
 )
 def test_an_old_set_without_recorded_commands_is_named_by_its_cases(ids, key):
     from rope_ref.conformance.golden_merge import _generators

@@ -516,6 +516,11 @@ def test_golden_cases_are_headers_and_stream_only_cases_of_the_set(sets):
     ids = [c["id"] for c in read_manifest(sets["npz"])["cases"]]
     assert len(headers) == 3 and [h.id for h in headers[:]] == ids and headers[-1].id == ids[2]
     assert all(not h.inputs and not h.expected and not h.aux for h in headers)
+    groups = [g for h in headers for g in (h.inputs, h.expected, h.aux)]
+    assert len({id(g) for g in groups}) == 3 * len(headers)  # each header's groups are its own
+    headers[0].inputs["scratch"] = np.zeros(1)
+    assert not headers[0].expected and not headers[0].aux and not headers[1].inputs and not headers[2].aux
+    del headers[0].inputs["scratch"]
     streamed = list(headers.stream([headers[2], headers[1]]))
     assert [c.id for c in streamed] == ids[1:]
     headers[1].requires.append("edited")

@@ -65,6 +65,23 @@ def test_owned_files_are_the_listed_ones_with_their_exact_sha256(tmp_path):
     assert owned["manifest.json"] == manifest_sha
 
 
+def test_a_file_is_ours_by_the_journal_or_the_manifest_when_both_list_it(tmp_path):
+    """A swap killed after moving a case file in but before the manifest: the file's new bytes match the
+    journal's sha256, not the old manifest's, and it is still ours (an untouched one is, by the manifest)."""
+    root = write_golden(
+        [_case("cos_sin-a"), _case("cos_sin-b")], tmp_path / "g", generator="t", source="custom"
+    )
+    old_b = hashlib.sha256((root / "cos_sin-b.safetensors").read_bytes()).hexdigest()
+    moved_in = b"the new run's bytes of case a"
+    (root / "cos_sin-a.safetensors").write_bytes(moved_in)
+    new_a = hashlib.sha256(moved_in).hexdigest()
+    journal = {"cos_sin-a.safetensors": new_a, "cos_sin-b.safetensors": SHA}
+    manifest, owned = owned_files(root, journal)
+    assert manifest is not None
+    assert owned["cos_sin-a.safetensors"] == new_a  # by the journal
+    assert owned["cos_sin-b.safetensors"] == old_b  # by the manifest, the journal's claim not matching
+
+
 def test_a_leftover_staging_directory_is_ours_only_if_it_holds_golden_files(tmp_path):
     staging = tmp_path / "s"
     staging.mkdir()
@@ -105,6 +122,8 @@ def test_a_symlinked_target_is_refused_as_a_symlink(tmp_path):
         prepare_target(tmp_path / "link")
     prepare_target(tmp_path / "new" / "set")
     assert (tmp_path / "new" / "set").is_dir()
+    prepare_target(tmp_path / "two" / "missing" / "parents" / "set")  # every missing parent is created
+    assert (tmp_path / "two" / "missing" / "parents" / "set").is_dir()
 
 
 def test_read_regular_reads_only_a_regular_file_within_its_limit(tmp_path):

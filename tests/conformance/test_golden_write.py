@@ -173,6 +173,57 @@ def test_the_kill_hook_fires_at_its_step_only(monkeypatch):
     assert len(kills) == 1
 
 
+class _Killed(BaseException):
+    """What the test's ``os.kill`` raises instead of killing the process."""
+
+
+@pytest.mark.parametrize(
+    ("step", "left"),
+    [
+        (1, []),  # killed before the journal is moved in: nothing changed
+        (2, [JOURNAL]),
+        (3, [JOURNAL, "cos_sin-a.safetensors"]),
+        (4, [JOURNAL, "cos_sin-a.safetensors", "cos_sin-b.safetensors"]),
+        (5, [JOURNAL, "cos_sin-a.safetensors", "cos_sin-b.safetensors", MANIFEST]),  # before the clean-up
+    ],
+)
+def test_a_kill_at_step_k_stops_the_swap_before_its_kth_rename(tmp_path, monkeypatch, step, left):
+    def kill(pid, sig):
+        if sig == signal.SIGKILL:
+            raise _Killed
+
+    monkeypatch.setattr(os, "kill", kill)
+    monkeypatch.setenv(golden.KILL_AT_RENAME_ENV, str(step))
+    out = tmp_path / "g"
+    with pytest.raises(_Killed):
+        _write(out, "cos_sin-a", "cos_sin-b")
+    assert sorted(p.name for p in out.iterdir() if p.name != golden.LOCK_NAME) == sorted(left)
+
+
+def test_write_golden_defaults_to_a_catalogue_set_in_safetensors(tmp_path):
+    import json
+
+    out = write_golden([_case("cos_sin-a")], tmp_path / "g", generator="by hand")
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["provenance"]["source"] == "catalogue" and manifest["format"] == "safetensors"
+    assert sorted(os.listdir(out)) == ["cos_sin-a.safetensors", MANIFEST]
+
+
+def test_the_refusal_of_a_foreign_directory_names_a_foreign_file_not_one_of_ours(tmp_path):
+    """A killed first write left a journal and one case file (ours, by the journal) but no manifest; a
+    foreign file beside them makes the directory foreign, and the refusal names that file."""
+    out = tmp_path / "g"
+    out.mkdir()
+    partial = b"bytes a killed run moved in"
+    (out / "cos_sin-a.safetensors").write_bytes(partial)
+    sha = hashlib.sha256(partial).hexdigest()
+    (out / JOURNAL).write_text(f'{{"journal_version": 1, "files": {{"cos_sin-a.safetensors": "{sha}"}}}}')
+    (out / "notes.txt").write_text("theirs")
+    with pytest.raises(GoldenWriteError, match=f"--out {out} is not empty .*holds e.g. 'notes.txt'\\)"):
+        _write(out, "cos_sin-b")
+    assert sorted(os.listdir(out)) == [JOURNAL, "cos_sin-a.safetensors", "notes.txt"]
+
+
 def test_a_killed_runs_staging_directory_is_removed_before_writing(tmp_path):
     out = _write(tmp_path / "g", "cos_sin-a")
     staging = out / ".rope-ref-staging-killed"

@@ -147,6 +147,18 @@ def test_a_missing_import_inside_the_users_module_is_not_retried_from_the_cwd(tm
     assert str(cwd) not in sys.path
 
 
+def test_an_import_error_that_is_no_missing_module_is_one_line_too(tmp_path, monkeypatch):
+    """``from os import nothing`` raises a plain ImportError (not ModuleNotFoundError): still one line."""
+    (tmp_path / "user_backend_bad_name.py").write_text("from os import no_such_name_in_os\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(
+        ValueError,
+        match=r"backend 'user_backend_bad_name:X': cannot import module 'user_backend_bad_name' "
+        r"\(cannot import name 'no_such_name_in_os'",
+    ):
+        get_backend("user_backend_bad_name:X")
+
+
 def test_a_module_in_the_cwd_is_found(tmp_path, monkeypatch):
     (tmp_path / "h27_cwd_backend.py").write_text(MODULE)
     monkeypatch.chdir(tmp_path)

@@ -176,11 +176,12 @@ class _RecordingSpace(semantic.Workspace):
 
     def __init__(self, root: Path, failing: dict, room_is_last: bool = False):
         self.root, self.timeout, self.room_is_last = root, 1.0, room_is_last
-        self.failing, self.calls = failing, []
+        self.failing, self.calls, self.args = failing, [], []
 
     def pytest(self, args, xdist):
         mutated = "MUTATED" in (self.root / "rope_ref" / "m.py").read_text(encoding="utf-8")
         self.calls.append((args[0], xdist, mutated))
+        self.args.append(list(args))
         return self.failing.get((args[0], mutated), 0), "FAILED tests/oracle/test_m.py::t\n", 0.5
 
 
@@ -217,6 +218,8 @@ def test_each_baseline_runs_once_per_list_room_and_suite(tmp_path):
     unmutated = [call for call in space.calls if not call[2]]
     assert unmutated == [("tests/oracle/test_m.py", False, False), ("tests/oracle", True, False),
                          (semantic.SUITE[0], True, False)]
+    # the suite stage runs the rest of the quick suite: not the mutation lists, not the room just run
+    assert space.args[-1] == [*semantic.SUITE, "--ignore=tests/oracle"]
 
 
 def test_a_failing_room_baseline_makes_the_mutant_stale_naming_the_folder(tmp_path, capsys):
