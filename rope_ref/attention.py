@@ -44,6 +44,7 @@ def attention(
     """
     q_pos = as_positions(q_positions, "q_positions")
     k_pos = as_positions(k_positions, "k_positions")
+    q, k = as_float64(q, "q"), as_float64(k, "k")  # converted here so that a bad one is named (not "x")
     if seq_len is None:
         both = np.concatenate([q_pos.ravel(), k_pos.ravel()])
         seq_len = resolve_seq_len(both, _check_config(cfg), None)

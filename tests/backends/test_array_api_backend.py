@@ -420,6 +420,32 @@ def test_explicit_seq_len_reaches_apply_vjp_and_cos_sin():
     np.testing.assert_allclose(b.inv_freq(DYNAMIC, 200), rope_ref.inv_freq(DYNAMIC, 200), rtol=1e-15)
 
 
+@pytest.mark.parametrize("ns", ["numpy", "array_api_strict"])
+def test_omitted_seq_len_is_the_largest_position_plus_one_at_every_entry(ns):
+    """Dynamic NTK (head 12, factor 3, original 16) with positions up to 40 and no seq_len: apply,
+    apply_vjp and cos_sin all stretch the base for L = 41 (HF ``_compute_dynamic_ntk_parameters``:
+    base * (factor L / L0 - (factor - 1))^(d / (d - 2))), written out here with NumPy."""
+    b = _backend(ns)
+    pos = np.array([3, 40, 7, 0, 12])
+    scaled = 10000.0 * (3.0 * 41 / 16 - 2.0) ** (12 / 10)
+    theta = pos[:, None] * scaled ** (-np.arange(0, 12, 2) / 12)
+    cos, sin = np.cos(theta), np.sin(theta)
+    x = np.random.default_rng(23).standard_normal((5, 12))
+
+    def rotated(s):  # half layout: pairs (i, i + 6)
+        a, c = x[:, :6], x[:, 6:]
+        return np.concatenate([a * cos - c * s, c * cos + a * s], axis=-1)
+
+    got_cos, got_sin = (b.to_numpy(t) for t in b.cos_sin(b.from_numpy(pos), DYNAMIC))
+    np.testing.assert_allclose(got_cos, cos, atol=1e-13)
+    np.testing.assert_allclose(got_sin, sin, atol=1e-13)
+    xb, pb = b.from_numpy(x), b.from_numpy(pos)
+    np.testing.assert_allclose(b.to_numpy(b.apply(xb, pb, DYNAMIC)), rotated(sin), atol=1e-13)
+    np.testing.assert_allclose(b.to_numpy(b.apply_vjp(xb, pb, DYNAMIC, xb)), rotated(-sin), atol=1e-13)
+    # the stretch matters: the unscaled base (seq_len <= 16) gives other angles
+    assert not np.allclose(b.to_numpy(b.cos_sin(pb, DYNAMIC, 16)[0]), cos, atol=1e-6)
+
+
 def test_attention_factor_scales_every_position_including_zero():
     """YaRN's factor multiplies cos and sin, so position 0 gives A x, not x (the identity shortcut is
     only for a factor of 1)."""
@@ -455,6 +481,15 @@ def test_rotate_refuses_bad_shapes_naming_them():
         b.apply(np.zeros((3, 6)), np.arange(3), cfg)
     with pytest.raises(ValueError, match=r"head_dim=8, got x.shape=\(\)"):
         b.apply(np.zeros(()), np.arange(1), cfg)
+    # exactly head_dim: wider than head_dim, or as wide as rotary_dim only (partial rotary), is refused
+    with pytest.raises(ValueError, match=r"x.shape\[-1\] must equal head_dim=8, got x.shape=\(3, 10\)"):
+        b.apply(np.zeros((3, 10)), np.arange(3), cfg)
+    partial = CONFIGS["interleaved-partial"]  # head_dim 10, rotary_dim 6
+    for width in (6, 8, 12):
+        with pytest.raises(ValueError, match=rf"head_dim=10, got x.shape=\(3, {width}\)"):
+            b.apply(np.zeros((3, width)), np.arange(3), partial)
+        with pytest.raises(ValueError, match=rf"head_dim=10, got x.shape=\(3, {width}\)"):
+            b.apply_vjp(np.zeros((3, 10)), np.arange(3), partial, np.zeros((3, width)))
     with pytest.raises(
         ValueError, match=r"positions of shape \(4,\) do not broadcast against x.shape\[:-1\] = \(3,\)"
     ):

@@ -9,6 +9,8 @@ reports it unsupported.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from rope_ref.backends._array_api_kernel_shapes import mutable_namespace
@@ -713,3 +715,57 @@ def test_as_array_converts_an_object_whose_namespace_cannot_be_found():
 
     got = _as_array(xp, "cpu", Foreign(), "positions")
     assert isinstance(got, np.ndarray) and got.tolist() == [3, 1, 4]
+
+
+# -- ids with size-1 (broadcasting) axes, at the helper and end to end --------
+
+X_BSHD = (2, 5, 3, 8)  # B = 2, S = 5, H = 3: no two equal
+X_SBHD = (5, 2, 3, 8)
+
+
+@pytest.mark.parametrize(
+    "ids, axes, x_shape, placed",
+    [
+        ([7], "bshd", X_BSHD, [[[7]]]),  # (1,) per-token ids: one id for every token
+        ([7], "thd", (5, 3, 8), [[7]]),
+        ([[4], [9]], "bshd", X_BSHD, [[[4]], [[9]]]),  # HF (B, 1): one id per batch row
+        ([[1, 2, 3, 4, 5]], "bshd", X_BSHD, [[[1], [2], [3], [4], [5]]]),  # HF (1, S)
+        ([[4], [9]], "sbhd", X_SBHD, [[[4], [9]]]),  # HF (B, 1) transposed onto (S, B)
+        ([[6]], "bshd", X_BSHD, [[[6]]]),  # HF (1, 1)
+        ([[[1], [2], [3], [4], [5]]], "bshd", X_BSHD, [[[1], [2], [3], [4], [5]]]),  # full rank (1, S, 1)
+        ([[[1, 2, 3]], [[4, 5, 6]]], "bshd", X_BSHD, [[[1, 2, 3]], [[4, 5, 6]]]),  # full rank (B, 1, H)
+    ],
+)
+def test_place_positions_takes_size_one_axes_at_the_helper(ids, axes, x_shape, placed):
+    """Every form of ids broadcasts along a size-1 axis (NumPy rules, as the oracle's
+    :func:`rope_ref.axes.positions_for_axes`); the placed array is written out by hand."""
+    from array_api_compat import numpy as xp
+    from rope_ref.backends._array_api_kernel_shapes import place_positions
+
+    got = place_positions(xp, np.array(ids), axes, x_shape)
+    assert np.asarray(got).tolist() == placed
+
+
+@pytest.mark.parametrize("ids", [[4, 2], [[4, 9, 1]], [[1, 2, 3, 4]], [[[1, 2]]]])
+def test_place_positions_refuses_sizes_other_than_the_axis_or_one(ids):
+    from array_api_compat import numpy as xp
+    from rope_ref.backends._array_api_kernel_shapes import place_positions
+
+    shape = tuple(np.shape(ids))
+    with pytest.raises(
+        ValueError, match=rf"ids of shape {re.escape(str(shape))} do not fit x of shape \(2, 5, 3, 8\)"
+    ):
+        place_positions(xp, np.array(ids), "bshd", X_BSHD, "ids")
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+@pytest.mark.parametrize(
+    "axes, ids", [("bshd", [[4], [9]]), ("sbhd", [[4], [9]]), ("bshd", [[1, 2, 3, 4, 5]]), ("bshd", [7])]
+)
+def test_broadcasting_ids_match_the_ids_written_out_in_full(ns, axes, ids):
+    """Ids with a size-1 axis give what the same ids broadcast by hand to HF-style (B, S) give."""
+    b, cfg = backend(ns), CFGS["interleaved-partial"]
+    x = rng(5).standard_normal(X_BSHD if axes == "bshd" else X_SBHD)
+    full = np.broadcast_to(np.array(ids), (2, 5))
+    y = b.apply_axes(b.from_numpy(x, "float64"), cfg, axes=axes, positions=b.from_numpy(np.array(ids)))
+    check(b, y, x, full, cfg, axes)

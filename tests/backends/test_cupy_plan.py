@@ -139,6 +139,11 @@ def test_place_ids():
     assert plan.place_ids((2, 1), (1, 1), "bshd", x) == (1, 0, False)
     assert plan.place_ids((2, 7, 3), (21, 3, 1), "bshd", x) == (21, 3, True)
     assert plan.place_ids((1, 7, 1), (7, 1, 1), "bshd", x) == (0, 1, False)
+    # size-1 (broadcasting) axes in every form: accepted, and never stepped along
+    assert plan.place_ids((1,), (5,), "bshd", x) == (0, 0, False)
+    assert plan.place_ids((1, 7), (9, 1), "bshd", x) == (0, 1, False)
+    assert plan.place_ids((2, 1), (3, 5), "sbhd", (7, 2, 3, 8)) == (3, 0, False)
+    assert plan.place_ids((2, 1, 3), (3, 9, 1), "bshd", x) == (3, 0, True)
     with pytest.raises(ValueError, match=r"positions of shape \(5,\) do not fit x of shape \(2, 7, 3, 8\)"):
         plan.place_ids((5,), (1,), "bshd", x)
 
@@ -159,9 +164,12 @@ def test_plan_qkv():
     assert p.kernel == "rope_qkv_apply_bf16" and p.heads == (6, 2, 0) and (p.n_b, p.n_s) == (2, 5)
     # decode-sized: 10 tokens x 4 lanes are far below 2**17 threads, so the 8 heads go one per chunk
     assert (p.chunk_heads, p.n_chunks) == (1, 8)
+    # one row per (token, chunk): 10 x 8 = 80 rows, 8 rows per 32 x 8 block: 10 blocks
+    assert (p.n_rows, p.block, p.grid) == (80, (32, 8, 1), (10, 1, 1))
     # 8192 tokens x 4 lanes: 2**17 threads need 4 chunks of the 7 heads, 2 heads each: 4 chunks, not 3
     p = qkv_plan([part(1, 8192, 7)])
     assert (p.chunk_heads, p.n_chunks) == (2, 4)
+    assert (p.n_rows, p.block, p.grid) == (8192 * 4, (32, 8, 1), (8192 * 4 // 8, 1, 1))
     with pytest.raises(ValueError, match="a launch takes 1 to 3 tensors, got 4"):
         qkv_plan([part(1, 2, 1)] * 4)
     with pytest.raises(ValueError, match="every tensor needs the same batch and tokens"):
@@ -269,6 +277,8 @@ def test_plan_qkv_strides_chunks_and_packing():
     assert p.x_strides == (160, 32, 8, 1, -40, 8, 0, 1, 0, 0, 0, 0)
     assert p.out_strides == (160, 32, 8, 1, 40, 8, 8, 1, 0, 0, 0, 0)
     assert (p.chunk_heads, p.n_chunks, p.n_rows) == (1, 5, 2 * 5 * 5) and p.lanes == 5
+    # 5 lanes round up to one warp (32 x 8 threads); 50 rows at 8 per block: 7 blocks, the last one short
+    assert (p.block, p.grid) == ((32, 8, 1), (7, 1, 1))
     pos = plan.PositionPlan(mode=plan.POS_VARLEN, p_b=3, p_s=1, n_seq=4, off_at=6, base=9)
     packed = plan.pack_qkv_shape(p, pos)
     assert packed.dtype == plan.qkv_shape_struct_dtype()
@@ -292,6 +302,9 @@ def test_plan_qkv_single_head_or_enough_tokens_is_one_chunk():
     assert (big.n_chunks, big.chunk_heads) == (1, 3)
     short = qkv_plan([part(1, (1 << 15) - 1, 3)])  # one token short: the heads split
     assert (short.n_chunks, short.chunk_heads) == (2, 2)
+    # the grid covers both chunks of every token: 2 * (2**15 - 1) rows at 8 per block
+    assert short.grid == (-(-2 * ((1 << 15) - 1) // 8), 1, 1) == ((1 << 13), 1, 1)
+    assert big.grid == ((1 << 15) // 8, 1, 1)
     empty = qkv_plan([part(1, 0, 3)])
     assert (empty.n_chunks, empty.chunk_heads) == (1, 3)
 
@@ -311,3 +324,36 @@ def test_plan_qkv_refuses_each_part():
     assert plan.plan_qkv(parts=[aliased], inplace=False, **kw).heads == (2, 0, 0)
     one = plan.QkvPart((1, 4, 1, 8), (32, 8, 0, 1), (32, 8, 0, 1))
     assert plan.plan_qkv(parts=[one], inplace=True, **kw).heads == (1, 0, 0)  # stride 0 on a size-1 axis
+
+
+@pytest.mark.parametrize(
+    ("sizes", "strides", "outer", "inner"),
+    [
+        # S = 2**14 tokens, heads (3) then a broadcast axis (5), rows padded so nothing merges
+        ((1 << 14, 3, 5), (400, 96, 16), (1 << 14, 5), (1, 3)),
+        ((1 << 14, 5, 3), (400, 64, 16), (1 << 14, 5), (1, 3)),  # the same sizes in the other order
+    ],
+)
+def test_plan_apply_decode_gives_the_biggest_inner_axis_to_the_grid(sizes, strides, outer, inner):
+    """Ids vary along the first axis only, so both other axes start inside the thread; 2**14 rows x 4 lanes
+    are short of 2**17 threads, so the biggest inner axis (5, wherever it sits) joins the grid: 2**14 x 5
+    x 4 = 327680 threads are enough and the 3 stays inside (moving the 3 would leave 196608 and keep 5)."""
+    shape, st = (*sizes, 8), (*strides, 1)
+    p = apply_plan(x_shape=shape, x_strides=st, out_strides=st, pos_shape=(sizes[0], 1, 1),
+                   pos_strides=(1, 1, 1), rotary_dim=8)  # fmt: skip
+    assert (p.outer_sizes, p.inner_sizes) == (outer, inner)
+    big, small = (1, 2) if sizes[1] == 5 else (2, 1)
+    assert p.outer_x == (strides[0], strides[big]) and p.outer_pos == (1, 0)
+    assert p.inner_x == (0, strides[small]) and p.inner_out == (0, strides[small])
+    assert p.n_outer == (1 << 14) * 5 and p.grid == ((1 << 14) * 5 // 8, 1, 1)
+
+
+def test_plan_apply_decode_moves_both_inner_axes_when_one_is_not_enough():
+    """2**13 rows x 4 lanes: moving the 5 gives 163840 >= 2**17 threads (stop); 2**12 rows: 81920 after the
+    5, still short, so the 3 follows and nothing stays inside the thread."""
+    st = (400, 96, 16, 1)
+    kw = dict(x_strides=st, out_strides=st, pos_strides=(1, 1, 1), rotary_dim=8)
+    p = apply_plan(x_shape=(1 << 13, 3, 5, 8), pos_shape=(1 << 13, 1, 1), **kw)
+    assert (p.outer_sizes, p.inner_sizes) == ((1 << 13, 5), (1, 3))
+    q = apply_plan(x_shape=(1 << 12, 3, 5, 8), pos_shape=(1 << 12, 1, 1), **kw)
+    assert (q.outer_sizes, q.inner_sizes, q.n_outer) == ((1 << 12, 3, 5), (1, 1), (1 << 12) * 15)

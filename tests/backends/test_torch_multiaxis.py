@@ -279,6 +279,13 @@ def test_bad_arguments_name_the_argument() -> None:
         multiaxis_apply(x, torch.zeros(3, 2), RopeConfig(128, layout="half"))
     with pytest.raises(ValueError, match="finite"):
         multiaxis_apply(x, torch.full((3, 2), float("nan")), spec)
+    # the dtype arguments are checked by multiaxis_apply itself, not only by multiaxis_tables
+    ids = torch.zeros(3, 2, dtype=torch.int64)
+    for bad in (torch.float16, torch.bfloat16, torch.int64, "float32"):
+        with pytest.raises(ValueError, match=f"angle_dtype must be torch.float32 or .*, got {bad!r}"):
+            multiaxis_apply(x, ids, spec, angle_dtype=bad)
+    with pytest.raises(ValueError, match="compute_dtype must be None, 'input' or one of .*, got torch.int32"):
+        multiaxis_apply(x, ids, spec, compute_dtype=torch.int32)
 
 
 def test_exported_from_the_torch_adapter() -> None:

@@ -316,13 +316,18 @@ def test_attention_matches_an_explicit_loop_and_is_shift_invariant():
         rope_ref.attention(q, k, v, qp, kp, cfg, mask=np.zeros((3, 5), bool))
 
 
-def test_attention_rotates_q_and_k_with_one_table_under_length_dependent_scaling():
-    # HF builds one cos/sin table per forward pass from the largest position id: q at positions 0..3
-    # and k at 0..31 must both use seq_len = 32, not 4 and 32.
+@pytest.mark.parametrize(
+    "qp, kp",
+    [(np.arange(4), np.arange(32)), (np.array([3, 31, 9, 20]), np.arange(32) // 2)],
+    ids=["largest-on-the-keys", "largest-on-the-queries"],
+)
+def test_attention_rotates_q_and_k_with_one_table_under_length_dependent_scaling(qp, kp):
+    # HF builds one cos/sin table per forward pass from the largest position id, whichever of q and k
+    # holds it: with a largest position of 31 (q at 0..3 and k at 0..31, or q up to 31 and k at 0..15)
+    # both must use seq_len = 32, not one of them 4 or 16 (which would leave dynamic NTK unscaled).
     cfg = RopeConfig(8, layout="half", scaling=rope_ref.DynamicNTK(4.0, 16))
     rng = np.random.default_rng(5)
     q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((32, 8)), rng.standard_normal((32, 8))
-    qp, kp = np.arange(4), np.arange(32)
     _, probs = rope_ref.attention(q, k, v, qp, kp, cfg)
     # Dynamic NTK at L = 32, L0 = 16, factor 4: base' = base * (4 * 32 / 16 - 3)^(8/6), written out.
     scaled = RopeConfig(8, layout="half", base=10000.0 * 5.0 ** (8 / 6))
@@ -420,6 +425,18 @@ def test_attention_names_the_positions_it_refuses():
         rope_ref.attention(q, k, k, np.arange(2), np.array([0.0, np.nan, 1.0]), cfg)
     with pytest.raises(ValueError, match="^q_positions must be finite, got inf"):
         rope_ref.attention(q, k, k, np.array([np.inf, 1.0]), np.arange(3), cfg)
+
+
+@pytest.mark.parametrize("bad", ["q", "k", "v"])
+@pytest.mark.parametrize("dtype", [np.int64, np.complex128])
+def test_attention_names_each_array_it_refuses(bad, dtype):
+    """q (2, 8), k (3, 8) and v (3, 5) differ in shape; the one with a non-real dtype is named."""
+    cfg = RopeConfig(8, layout="half")
+    arrays = {"q": np.ones((2, 8)), "k": np.ones((3, 8)), "v": np.ones((3, 5))}
+    arrays[bad] = arrays[bad].astype(dtype)
+    match = f"^{bad} must be a real floating-point array, got dtype {np.dtype(dtype)}$"
+    with pytest.raises(TypeError, match=match):
+        rope_ref.attention(arrays["q"], arrays["k"], arrays["v"], np.arange(2), np.arange(3), cfg)
 
 
 def test_sinusoidal_embedding_uses_its_base_width_and_limits():

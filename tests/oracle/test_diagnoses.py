@@ -360,6 +360,10 @@ def test_inv_freq_bugs_are_named(values, named):
 def test_nice_bases_round_and_leave_out_the_configs_own():
     assert diagnoses.nice_bases([12345.678], HALF) == [12000.0, 12300.0, 12345.7]  # 10000 is the config's
     assert diagnoses.nice_bases([10000.4], HALF) == [10000.4]
+    # roundest first, estimate by estimate (not sorted by value): 987654 -> 1e6, 990000, 988000, 987654;
+    # then 1.02e6 adds only its 3-figure rounding (1e6 is already listed)
+    got = diagnoses.nice_bases([987654.0, 1020000.0], HALF)
+    assert got == [1000000.0, 990000.0, 988000.0, 987654.0, 1020000.0]
     assert diagnoses.base_label(500000.0, HALF) == "base looks like 500000 (config has 10000)"
 
 
@@ -566,6 +570,53 @@ def test_bases_from_freqs_reads_the_base_of_the_observed_frequencies():
     weight[3] = 0.0  # a pair without evidence does not move the estimate
     assert diagnoses.bases_from_freqs(spoiled, CFG16, None, weight) == pytest.approx([5e5], rel=1e-9)
     assert diagnoses.bases_from_freqs(spoiled, CFG16, None)[0] < 4e5  # the control: unweighted it does
+
+
+@pytest.mark.parametrize("scaling", [None, rope_ref.Linear(4.0)], ids=["unscaled", "linear-4"])
+def test_bases_from_freqs_reads_the_exponent_over_the_rotated_channels(scaling):
+    """Partial rotary (head_dim 16, rotary_dim 12): omega_i = base^(-2i/12) for the 6 rotated pairs, so
+    the exponent's denominator is rotary_dim, not head_dim (which would read 1e4 * 50^(4/3) ~ 1.8e6)."""
+    cfg = rope_ref.RopeConfig(16, layout="half", rotary_dim=12, scaling=scaling)
+    obs = _hf_inv_freq(5e5, 12) / (1.0 if scaling is None else 4.0)
+    found = diagnoses.bases_from_freqs(obs, cfg, None)
+    assert found == pytest.approx([5e5] * (1 if scaling is None else 2), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("scaling", "base"),
+    [
+        (rope_ref.Llama3(8.0, 1.0, 4.0, 8192), 1e6),
+        (rope_ref.Llama3(8.0, 1.0, 4.0, 8192), 1e3),
+        (rope_ref.YaRN(32.0, 4096), 5e5),
+    ],
+    ids=["llama3-1e6", "llama3-1e3", "yarn-32"],
+)
+def test_bases_from_freqs_searches_a_factor_8_either_side_of_the_log_fit(scaling, base):
+    """Scalings that treat pairs apart bend the power law: the log fit lands 2 to 5 times off the base the
+    frequencies were built with, and the search over the scaled frequencies (a factor 8 either side) still
+    finds that base."""
+    cfg = rope_ref.RopeConfig(16, layout="half", scaling=scaling)
+    first, searched = diagnoses.bases_from_freqs(rope_ref.inv_freq(cfg.replace(base=base)), cfg, None)
+    assert not 0.5 < first / base < 2.0  # the premise: the first estimate alone is too far off
+    assert searched == pytest.approx(base, rel=1e-6)
+
+
+@pytest.mark.parametrize("how", ["rotation", "table"])
+def test_half_precision_frequencies_are_named_under_an_attention_factor(how):
+    """YaRN (factor 4) multiplies cos and sin by A = 0.1 ln 4 + 1 (YaRN eq. 22): a port that rounds YaRN's
+    frequencies to float16 still multiplies by A, and the candidate built for that mistake must too."""
+    cfg = rope_ref.RopeConfig(16, layout="half", scaling=rope_ref.YaRN(4.0, 64))
+    x = np.random.default_rng(8).standard_normal((12, 16))
+    pos = np.arange(12.0) * 5
+    theta = pos[:, None] * rope_ref.inv_freq(cfg).astype(np.float16).astype(np.float64)
+    cos, sin = (0.1 * np.log(4.0) + 1.0) * np.cos(theta), (0.1 * np.log(4.0) + 1.0) * np.sin(theta)
+    with pytest.raises(AssertionError) as info:
+        if how == "rotation":
+            y = np.concatenate([x[:, :8] * cos - x[:, 8:] * sin, x[:, 8:] * cos + x[:, :8] * sin], axis=-1)
+            assert_rope_close(y, x, pos, cfg)
+        else:
+            rope_ref.testing.assert_cos_sin_close(np.tile(cos, 2), np.tile(sin, 2), pos, cfg)
+    assert "most resembles: inv_freq computed in float16" in str(info.value), info.value
 
 
 def test_bases_from_freqs_adds_a_fitted_base_under_a_scaling():

@@ -7,6 +7,8 @@ this file pins a smaller sample and the hard cases.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import mpmath
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rope_ref
+from rope_ref import _exact_trig
 from rope_ref._arrays import POSITION_LIMIT
 from rope_ref._exact_trig import ANGLE_LIMIT, cos_sin_of_product
 
@@ -224,3 +227,78 @@ def test_polynomials_use_taylors_coefficients_up_to_the_documented_degrees():
     assert (et._C2, et._C4, et._C6, et._C8) == tuple((-1) ** k / factorial(2 * k) for k in (1, 2, 3, 4))
     t = pi / 512
     assert max(t**9 / factorial(9), t**10 / factorial(10)) < 2.0**-75 < t**8 / factorial(8)
+
+
+# -- the error-free transformations, each at its helper (function form and in-place form) --------
+
+
+def _significant_bits(x: float) -> int:
+    """Bits from the leading to the trailing one of |x| (0 for zero)."""
+    if x == 0.0:
+        return 0
+    top = Fraction(abs(x)).numerator  # x in lowest terms: the numerator holds its significant bits
+    return top.bit_length() - (top & -top).bit_length() + 1
+
+
+def _eft_inputs(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random magnitudes over 40 binades of either sign, and mantissas next to 1, 1 + 2**-27 and 2."""
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(1.0, 2.0, 600) * 2.0 ** rng.integers(-20, 20, 600) * rng.choice([-1.0, 1.0], 600)
+    near = np.concatenate([c + np.arange(-50, 50) * 2.0**-52 for c in (1.0, 1.0 + 2.0**-27, 2.0 - 2.0**-40)])
+    a = np.concatenate([a, near, [0.0, -0.0, 3.0, 2.0**-30]])
+    return a, rng.permutation(a) * rng.uniform(0.5, 4.0, a.size)
+
+
+def _in_place(helper, n_out: int, n_scratch: int):
+    """The ``*_into`` helper as a function returning its outputs (fresh output and scratch arrays)."""
+
+    def run(*args):
+        outs = [np.empty_like(args[0]) for _ in range(n_out + n_scratch)]
+        helper(*outs, *args)
+        return tuple(outs[:n_out])
+
+    return run
+
+
+@pytest.mark.parametrize(
+    "split", [_exact_trig._split, _in_place(_exact_trig._split_into, 2, 0)], ids=["split", "split_into"]
+)
+def test_veltkamp_split_gives_two_halves_of_at_most_26_bits(split):
+    """a = hi + lo exactly, each with at most 26 significant bits (53 = 27 + 26, Dekker 1971), so every
+    product of two halves is exact in float64."""
+    a, _ = _eft_inputs(31)
+    hi, lo = split(a)
+    for x, h, l in zip(a.tolist(), hi.tolist(), lo.tolist(), strict=True):
+        assert Fraction(h) + Fraction(l) == Fraction(x), x
+        assert _significant_bits(h) <= 26 and _significant_bits(l) <= 26, (x, h, l)
+
+
+@pytest.mark.parametrize(
+    "two_sum", [_exact_trig._two_sum, _in_place(_exact_trig._two_sum_into, 2, 1)], ids=["two_sum", "into"]
+)
+def test_two_sum_is_the_rounded_sum_and_its_exact_error(two_sum):
+    a, b = _eft_inputs(32)
+    s, e = two_sum(a, b)
+    assert np.array_equal(s, a + b)
+    for x, y, got_s, got_e in zip(a.tolist(), b.tolist(), s.tolist(), e.tolist(), strict=True):
+        assert Fraction(got_s) + Fraction(got_e) == Fraction(x) + Fraction(y), (x, y)
+    # FastTwoSum: exact when |a| >= |b|
+    big, small = np.maximum(np.abs(a), np.abs(b)) * np.sign(a), np.minimum(np.abs(a), np.abs(b))
+    s, e = _exact_trig._fast_two_sum(big, small)
+    for x, y, got_s, got_e in zip(big.tolist(), small.tolist(), s.tolist(), e.tolist(), strict=True):
+        assert got_s == x + y and Fraction(got_s) + Fraction(got_e) == Fraction(x) + Fraction(y), (x, y)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [_exact_trig._two_product_error, _in_place(_exact_trig._two_product_error_into, 1, 1)],
+    ids=["two_product_error", "into"],
+)
+def test_two_product_error_is_the_exact_rounding_error_of_the_product(error):
+    a, b = _eft_inputs(33)
+    p = a * b
+    (ah, al), (bh, bl) = _exact_trig._split(a), _exact_trig._split(b)
+    got = error(p, ah, al, bh, bl)
+    got = got[0] if isinstance(got, tuple) else got
+    for x, y, q, err in zip(a.tolist(), b.tolist(), p.tolist(), got.tolist(), strict=True):
+        assert Fraction(err) == Fraction(x) * Fraction(y) - Fraction(q), (x, y)

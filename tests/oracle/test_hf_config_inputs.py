@@ -256,6 +256,23 @@ def test_the_read_is_bounded(tmp_path, monkeypatch):
     assert hf_config.MAX_CONFIG_BYTES == 16 * 2**20
 
 
+def test_a_file_up_to_the_limit_is_read_whole(tmp_path, monkeypatch):
+    """Real config.json files run past any small read buffer (id2label maps of ~100k entries): 300 kB
+    comes back whole; with the limit at the file's own size it is still read, one byte less refuses it."""
+    config = dict(LLAMA2, id2label={str(i): f"LABEL_{i}" for i in range(15000)})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    size = path.stat().st_size
+    assert size > 300_000
+    assert read_config_file(path) == config
+    monkeypatch.setattr(hf_config, "MAX_CONFIG_BYTES", size)
+    assert read_config_file(path) == config
+    monkeypatch.setattr(hf_config, "MAX_CONFIG_BYTES", size - 1)
+    too_big = rf"^config .*\.json: {size} bytes, more than the limit of {size - 1}$"
+    with pytest.raises(ValueError, match=too_big):
+        read_config_file(path)
+
+
 def test_read_config_file_names_the_argument(tmp_path):
     with pytest.raises(ValueError, match=r"^--hf-config .*x\.json: cannot read it"):
         read_config_file(tmp_path / "x.json", "--hf-config")

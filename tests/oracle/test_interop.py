@@ -284,17 +284,17 @@ def test_objects_with_an_array_protocol_are_left_to_numpy():
 
 class _Dlpack:
     """A DLPack array on the host that hands out its buffer only as a copy (``copy=True``) when
-    ``copy_only``, or never; ``__array__`` only when ``array``."""
+    ``copy_only``, or never (raising ``error``); ``__array__`` only when ``array``."""
 
-    def __init__(self, values, *, copy_only=False, array=False):
-        self._a, self._copy_only = np.asarray(values), copy_only
+    def __init__(self, values, *, copy_only=False, array=False, error=BufferError):
+        self._a, self._copy_only, self._error = np.asarray(values), copy_only, error
         self.dtype = self._a.dtype
         if array:
             self.__array__ = lambda dtype=None, copy=None: self._a.copy()
 
     def __dlpack__(self, **kw):
         if not self._copy_only or kw.get("copy") is not True:
-            raise BufferError("no zero-copy export")
+            raise self._error("no zero-copy export")
         return self._a.copy().__dlpack__(**kw)
 
     def __dlpack_device__(self):
@@ -309,6 +309,34 @@ def test_a_device_array_is_fetched_as_a_host_copy_through_dlpack():
 def test_without_dlpack_export_the_array_protocol_is_used():
     got = foreign_to_numpy(_Dlpack(np.array([4, 5], dtype=np.int16), array=True), "x")
     assert got.dtype == np.int16 and got.tolist() == [4, 5]
+
+
+@pytest.mark.parametrize("error", [BufferError, RuntimeError, TypeError, ValueError])
+def test_every_dlpack_refusal_falls_back_to_the_array_protocol(error):
+    """Libraries refuse a DLPack export with any of these (device arrays, read-only or odd buffers)."""
+    got = foreign_to_numpy(_Dlpack(np.array([4, -5, 6], dtype=np.int32), array=True, error=error), "x")
+    assert got.dtype == np.int32 and got.tolist() == [4, -5, 6]
+
+
+class _NamespaceOnly:
+    """An Array API object (``__array_namespace__``) with no ``__dlpack__`` at all; ``__array__`` when
+    ``array``."""
+
+    dtype = np.dtype(np.float16)
+
+    def __init__(self, *, array):
+        if array:
+            self.__array__ = lambda dtype=None, copy=None: np.array([0.5, -1.25], dtype=np.float16)
+
+    def __array_namespace__(self, api_version=None):
+        return np
+
+
+def test_an_array_api_object_without_dlpack_is_read_through_its_array_protocol():
+    got = foreign_to_numpy(_NamespaceOnly(array=True), "x")
+    assert got.dtype == np.float16 and got.tolist() == [0.5, -1.25]
+    with pytest.raises(TypeError, match=r"^offset: cannot move .*_NamespaceOnly to host memory \("):
+        foreign_to_numpy(_NamespaceOnly(array=False), "offset")
 
 
 def test_an_array_that_cannot_reach_the_host_is_refused_naming_the_argument():
