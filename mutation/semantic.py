@@ -242,7 +242,7 @@ class Baselines:
         self._locks: dict = {}
         self._done: dict = {}
 
-    def passes(self, key: tuple[str, str | None], tests: list[str], xdist: bool, space: Workspace) -> bool:
+    def passes(self, key: tuple[str, str], tests: list[str], xdist: bool, space: Workspace) -> bool:
         with self._lock:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:

@@ -1,5 +1,6 @@
-"""Independent derivations shared by the oracle tests: RoFormer's frequencies, the explicit rotation matrix
-(eq. 13) and the pair-by-pair rotation (eq. 34) at 40 digits with mpmath, and their float64 error bounds."""
+"""Independent derivations shared by the tests: RoFormer's frequencies, the explicit rotation matrix (eq. 13)
+and the pair-by-pair rotation (eq. 34) at 40 digits with mpmath, their float64 error bounds, and the same
+rotation as a plain ``math.cos``/``math.sin`` loop over given inverse frequencies."""
 
 from __future__ import annotations
 
@@ -79,3 +80,21 @@ def half_layout_loop(v, position, base=10000.0):
         out[j] = v[j] * c - v[j + n // 2] * s
         out[j + n // 2] = v[j + n // 2] * c + v[j] * s
     return out
+
+
+def loop_rotate(x: np.ndarray, positions, inv: list[float], layout: str = "half") -> np.ndarray:
+    """RoFormer eq. 34 pair by pair in float64: rows of ``x`` (..., d) at ``positions`` (broadcast over
+    x's leading axes), pair i turned by ``position * inv[i]`` with ``math.cos``/``math.sin``. The pairs are
+    (i, i + n) for the half layout and (2i, 2i + 1) for the interleaved one, n = len(inv); channels from 2n
+    on pass through."""
+    n = len(inv)
+    pos = np.broadcast_to(np.asarray(positions, dtype=np.float64), x.shape[:-1]).reshape(-1)
+    rows = np.asarray(x, dtype=np.float64).reshape(-1, x.shape[-1])
+    out = rows.copy()
+    for r, m in enumerate(pos):
+        for i, f in enumerate(inv):
+            a, b = (i, i + n) if layout == "half" else (2 * i, 2 * i + 1)
+            c, s = math.cos(m * f), math.sin(m * f)
+            out[r, a] = rows[r, a] * c - rows[r, b] * s
+            out[r, b] = rows[r, b] * c + rows[r, a] * s
+    return out.reshape(x.shape)

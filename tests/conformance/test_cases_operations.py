@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from mp_reference import loop_rotate
 from rope_ref.conformance.cases import operations
 
 # Dynamic NTK, factor 3 over 64 positions, d = 8: an explicit seq_len 1000 scales the base; the positions
@@ -27,17 +28,6 @@ SEQ_LEN = 1000
 def _inv_freq(seq_len: int) -> list[float]:
     base = 500.0 * (3.0 * seq_len / 64 - 2.0) ** (8 / 6) if seq_len > 64 else 500.0
     return [base ** (-2.0 * i / 8) for i in range(4)]
-
-
-def _loop_rotate(x: np.ndarray, positions: np.ndarray, inv: list[float]) -> np.ndarray:
-    """Half layout, rows (n, 8) at positions (n,): pairs (i, i + 4) rotated by position * inv[i]."""
-    out = x.copy()
-    for r in range(x.shape[0]):
-        for i, f in enumerate(inv):
-            c, s = math.cos(positions[r] * f), math.sin(positions[r] * f)
-            out[r, i] = x[r, i] * c - x[r, i + 4] * s
-            out[r, i + 4] = x[r, i + 4] * c + x[r, i] * s
-    return out
 
 
 @pytest.fixture
@@ -71,10 +61,10 @@ def test_rotation_evaluators_use_the_cases_explicit_seq_len():
     scaled, unscaled = _inv_freq(SEQ_LEN), _inv_freq(41)
     params = {"seq_len": SEQ_LEN}
     out = operations.evaluate("apply", CONFIG, {"x": x, "positions": POSITIONS}, params)["out"]
-    np.testing.assert_allclose(out, _loop_rotate(x, POSITIONS, scaled), rtol=0, atol=1e-12)
-    assert np.abs(out - _loop_rotate(x, POSITIONS, unscaled)).max() > 0.1  # the case tells the two apart
+    np.testing.assert_allclose(out, loop_rotate(x, POSITIONS, scaled), rtol=0, atol=1e-12)
+    assert np.abs(out - loop_rotate(x, POSITIONS, unscaled)).max() > 0.1  # the case tells the two apart
     vjp = operations.evaluate("apply_vjp", CONFIG, {"x": x, "positions": POSITIONS, "grad_out": g}, params)
-    np.testing.assert_allclose(vjp["out"], _loop_rotate(g, -POSITIONS, scaled), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(vjp["out"], loop_rotate(g, -POSITIONS, scaled), rtol=0, atol=1e-12)
     cs = operations.evaluate("cos_sin", CONFIG, {"positions": POSITIONS}, params)
     angles = POSITIONS[:, None] * np.array(scaled)
     np.testing.assert_allclose(cs["cos"], np.vectorize(math.cos)(angles), rtol=0, atol=1e-12)

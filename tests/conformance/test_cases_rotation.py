@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+from mp_reference import loop_rotate
 from rope_ref.conformance.cases import operations, rotation
 from rope_ref.conformance.cases.common import rope_aux
 
@@ -89,18 +90,9 @@ def built():
 
 
 def _rotate(x: np.ndarray, pos: np.ndarray, d: int, rd: int, layout: str, base: float) -> np.ndarray:
-    """Rows of x (..., d) at positions broadcast over x's leading axes, rotated pair by pair."""
-    pos = np.broadcast_to(np.asarray(pos, dtype=np.float64), x.shape[:-1]).reshape(-1)
-    rows = np.asarray(x, dtype=np.float64).reshape(-1, d)
-    out = rows.copy()
-    for r, m in enumerate(pos):
-        for i in range(rd // 2):
-            a, b = (i, i + rd // 2) if layout == "half" else (2 * i, 2 * i + 1)
-            angle = m * base ** (-2.0 * i / rd)
-            c, s = math.cos(angle), math.sin(angle)
-            out[r, a] = rows[r, a] * c - rows[r, b] * s
-            out[r, b] = rows[r, b] * c + rows[r, a] * s
-    return out.reshape(x.shape)
+    """Rows of x (..., d) rotated pair by pair with RoFormer's frequencies base^(-2i/rd)."""
+    assert x.shape[-1] == d
+    return loop_rotate(x, pos, [base ** (-2.0 * i / rd) for i in range(rd // 2)], layout)
 
 
 def _atol(positions) -> float:
