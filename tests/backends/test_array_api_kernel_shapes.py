@@ -769,3 +769,187 @@ def test_broadcasting_ids_match_the_ids_written_out_in_full(ns, axes, ids):
     full = np.broadcast_to(np.array(ids), (2, 5))
     y = b.apply_axes(b.from_numpy(x, "float64"), cfg, axes=axes, positions=b.from_numpy(np.array(ids)))
     check(b, y, x, full, cfg, axes)
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+@pytest.mark.parametrize(
+    "precision, x_dtype, eps",
+    [("fp32", "float64", EPS64), ("fp64", "float32", EPS32)],
+    ids=["fp32-backend-float64-x", "fp64-backend-float32-x"],
+)
+def test_tables_take_the_dtype_of_x_not_the_backends_io_dtype(ns, precision, x_dtype, eps):
+    """An fp32 backend given float64 arrays keeps float64 (no float32 table rounding), and the reverse."""
+    b, cfg = backend(ns, precision), CFGS["interleaved-partial"]
+    x = rng(40).standard_normal(qk_shape("bshd", 6))
+    given = host(b, b.from_numpy(x, x_dtype))
+    pos = np.arange(10).reshape(2, 5) * 131 + 7
+    xb = b.from_numpy(x, x_dtype)
+    ids = b.from_numpy(pos)
+    outs = {
+        "apply_axes": [b.apply_axes(xb, cfg, axes="bshd", positions=ids)],
+        "apply_qk": list(b.apply_qk(xb, xb[:, :, :2, ...], cfg, axes="bshd", positions=ids)),
+        "apply_qkv": [b.apply_qkv(xb, cfg, axes="bshd", num_heads_q=2, num_heads_kv=2, positions=ids)],
+    }
+    for op, ys in outs.items():
+        for y in ys:
+            assert str(b.to_numpy(y).dtype) == x_dtype, op
+    check(b, outs["apply_axes"][0], given, pos, cfg, "bshd", eps=eps)
+    check(b, outs["apply_qk"][1], given[:, :, :2], pos, cfg, "bshd", eps=eps)
+    check(b, outs["apply_qkv"][0][:, :, :4, ...], given[:, :, :4], pos, cfg, "bshd", eps=eps)
+
+
+# -- the helpers' own checks and results, called directly --------
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (-3, r"^start_offsets must be >= 0 \(a cache offset\), got -3$"),
+        (True, r"^start_offsets must be an integer or an integer array, got True$"),
+        (np.array([4, -1]), r"^start_offsets must be >= 0 \(a cache offset\), got -1$"),
+        (np.array([[1, 2]]), r"^start_offsets must be a scalar or 1-D .*got shape \(1, 2\)$"),
+        (np.array([1.0]), r"^start_offsets must hold integers, got dtype float64$"),
+        (np.array([True]), r"^start_offsets must hold integers, got dtype bool$"),
+    ],
+)
+def test_cache_offset_refuses_what_is_no_cache_offset_at_the_helper(value, match):
+    from array_api_compat import numpy as xp
+    from rope_ref.backends._array_api_kernel_shapes import _cache_offset
+
+    with pytest.raises(ValueError, match=match):
+        _cache_offset(xp, "cpu", value, "start_offsets")
+
+
+@pytest.mark.parametrize(
+    "value", [2**33 + 5, np.array([2**33, 7], dtype=np.int64), np.array([3, 9], np.int32)]
+)
+def test_cache_offset_is_int64_and_keeps_large_offsets(value):
+    """Offsets past 2^31 (long contexts) survive: int64, never a narrower integer."""
+    from array_api_compat import numpy as xp
+    from rope_ref.backends._array_api_kernel_shapes import _cache_offset
+
+    got = _cache_offset(xp, "cpu", value, "offset")
+    assert got.dtype == np.int64 and np.asarray(got).tolist() == np.asarray(value).tolist()
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_offsets_past_two_to_the_31(ns):
+    b, cfg = backend(ns), CFGS["half"]
+    x = rng(41).standard_normal((2, 3, 2, 8))
+    offset = np.array([2**33 + 3, 2**32 + 1])
+    y = b.apply_axes(b.from_numpy(x, "float64"), cfg, axes="bshd", offset=b.from_numpy(offset))
+    check(b, y, x, positions_from_offset(offset, 3), cfg, "bshd")
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+@pytest.mark.parametrize("positions", [2.5, [0.5, 1.25, 7.75, 100.5, 3.0]])
+def test_fractional_positions_are_taken_as_given(ns, positions):
+    """Ids need not be integers (interpolated positions): a float scalar or float ids, never truncated."""
+    b, cfg = backend(ns), CFGS["interleaved-partial"]
+    x = rng(42).standard_normal((2, 5, 3, 8))
+    given = positions if np.ndim(positions) == 0 else b.from_numpy(np.array(positions))
+    y = b.apply_axes(b.from_numpy(x, "float64"), cfg, axes="bshd", positions=given)
+    check(b, y, x, np.broadcast_to(np.asarray(positions, dtype=np.float64), (2, 5)), cfg, "bshd")
+
+
+def test_varlen_and_offset_positions_at_the_helpers():
+    """Written out by hand: offsets [3, 40] on sbhd (S=4, B=2) and cu_seqlens [0, 2, 2, 5] with
+    start_offsets [10, 20, 30] (the empty sequence 1 is skipped)."""
+    from array_api_compat import numpy as xp
+    from rope_ref.backends._array_api_kernel_shapes import offset_positions, varlen_positions
+
+    got = offset_positions(xp, "cpu", np.array([3, 40]), "sbhd", (4, 2, 3, 8))
+    assert np.asarray(got).tolist() == [[[3], [40]], [[4], [41]], [[5], [42]], [[6], [43]]]
+    cu, starts = np.array([0, 2, 2, 5]), np.array([10, 20, 30])
+    got = varlen_positions(xp, "cpu", cu, starts, None, "thd", (5, 2, 8))
+    assert np.asarray(got).tolist() == [[10], [11], [30], [31], [32]]
+    got = varlen_positions(xp, "cpu", cu, 7, 3, "htd", (2, 5, 8))  # t on axis 1; a scalar start
+    assert np.asarray(got).tolist() == [[7, 8, 7, 8, 9]]
+    with pytest.raises(
+        ValueError, match=r"^cu_seqlens needs packed tokens \('t' in axes\), got axes='bshd'$"
+    ):
+        varlen_positions(xp, "cpu", cu, None, None, "bshd", (1, 5, 2, 8))
+
+
+def test_split_qkv_gives_views_along_the_head_axis():
+    from rope_ref.backends._array_api_kernel_shapes import split_qkv
+
+    qkv = np.arange(2 * 3 * 8 * 4, dtype=np.float64).reshape(2, 3, 8, 4)  # Hq = 4, Hk = 2 on axis 2
+    q, k, v, h = split_qkv(qkv, 4, 2, "bshd")
+    assert h == 2 and q.shape == (2, 3, 4, 4) and k.shape == v.shape == (2, 3, 2, 4)
+    assert np.array_equal(k, qkv[:, :, 4:6]) and np.array_equal(v, qkv[:, :, 6:8])
+    k[...] = -1.0  # views: what a write in place needs
+    assert (qkv[:, :, 4:6] == -1.0).all() and (qkv[:, :, :4] >= 0).all() and (qkv[:, :, 6:] >= 0).all()
+
+
+def test_check_x_at_the_helper():
+    from array_api_compat import numpy as xp
+    from rope_ref.backends._array_api_kernel_shapes import _check_x
+
+    cfg = rope_ref.RopeConfig(8, layout="half", rotary_dim=4)
+    assert _check_x(xp, np.zeros((3, 2, 8)), cfg, "thd", "q") == "thd"
+    with pytest.raises(ValueError, match=r"^q.shape\[-1\] must equal head_dim=8, got q.shape=\(3, 2, 4\)$"):
+        _check_x(xp, np.zeros((3, 2, 4)), cfg, "thd", "q")
+    with pytest.raises(ValueError, match=r"^k must have a real floating dtype, got complex128$"):
+        _check_x(xp, np.zeros((3, 2, 8), dtype=complex), cfg, "thd", "k")
+
+
+def test_out_of_place_needs_neither_in_place_support_nor_a_writeable_array():
+    """The in-place checks are for inplace=True only: a read-only array on a backend without in-place
+    operations (JAX-like) is rotated out of place."""
+    b, cfg = make_backend("fp64", namespace="numpy"), CFGS["half"]
+    b.inplace_ops = frozenset()
+    x = rng(43).standard_normal((2, 3, 3, 8))
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    pos = np.arange(6).reshape(2, 3) + 2
+    check(b, b.apply_axes(frozen, cfg, axes="bshd", positions=pos), x, pos, cfg, "bshd")
+    q, k = b.apply_qk(frozen, frozen[:, :, :1], cfg, axes="bshd", positions=pos)
+    check(b, k, x[:, :, :1], pos, cfg, "bshd")
+    out = b.apply_qkv(frozen, cfg, axes="bshd", num_heads_q=1, num_heads_kv=1, positions=pos)
+    check(b, out[:, :, :1], x[:, :, :1], pos, cfg, "bshd")
+
+
+def test_mutable_namespace_probes_on_the_given_device():
+    import array_api_compat.numpy as xnp
+
+    seen = []
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(xnp, name)
+
+        def zeros(self, shape, device=None):
+            seen.append(("zeros", device))
+            return xnp.zeros(shape, device=device)
+
+        def ones(self, shape, device=None):
+            seen.append(("ones", device))
+            return xnp.ones(shape, device=device)
+
+    assert mutable_namespace(Recording(), "cpu")
+    assert seen == [("zeros", "cpu"), ("ones", "cpu")]
+
+
+def test_q_and_k_on_different_devices_are_refused():
+    """Same dtype, another device (torch's ``meta``): refused up front, naming both devices."""
+    torch = pytest.importorskip("torch")
+    b = make_backend("fp64", namespace="torch")
+    q = torch.zeros((2, 5, 4, 8), dtype=torch.float64)
+    k = torch.zeros((2, 5, 2, 8), dtype=torch.float64, device="meta")
+    with pytest.raises(
+        ValueError, match=r"^q and k must share dtype and device, got .*float64/cpu and .*float64/meta$"
+    ):
+        b.apply_qk(q, k, CFGS["half"], axes="bshd", positions=0)
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_as_array_keeps_an_array_of_the_namespace_as_it_is(ns):
+    """No host round trip (and no copy) for ids already in the namespace."""
+    import array_api_compat
+    from rope_ref.backends._array_api_kernel_shapes import _as_array
+
+    b = backend(ns)
+    ids = b.from_numpy(np.array([3, 1, 4]))
+    xp = array_api_compat.array_namespace(ids)
+    assert _as_array(xp, array_api_compat.device(ids), ids, "positions") is ids

@@ -48,6 +48,7 @@ def test_manifest_entry_lists_every_tensor_and_field():
     entry = manifest["cases"][1]
     assert entry["description"] == "second" and entry["requires"] == ["cos_sin-hand"]
     assert "requires" not in manifest["cases"][0]
+    assert manifest["cases"][0]["io_dtype"] is None  # no I/O dtype given: none recorded, no default
     assert entry["inputs"] == {"positions": {"dtype": "int64", "shape": [3]}}
     assert entry["expected"] == {n: {"dtype": "float64", "shape": [3, 8]} for n in ("cos", "sin")}
     assert entry["aux"] == {
@@ -172,6 +173,7 @@ def test_provenance_records_the_run_and_bug_classes_come_from_the_given_map():
     }
     assert manifest["schema_version"] == 1 and manifest["format"] == "npz"
     assert manifest["bug_classes"] == {"tables": "the tables", "rotation": "the rotation"}
+    assert list(manifest["bug_classes"]) == ["tables", "rotation"]  # the given map's order, not sorted
     assert sorted(files) == ["apply-hand.npz", "cos_sin-hand.npz"]
     assert [e["file"] for e in manifest["cases"]] == ["cos_sin-hand.npz", "apply-hand.npz"]
     _, plain = build_set([_case()], "safetensors", "g", "custom", None, {})
@@ -216,3 +218,75 @@ def test_an_entry_holds_copies_of_the_cases_lists_and_dicts():
     case.config["base"] = 2.0
     assert entry["requires"] == ["cos_sin-first"] and entry["params"] == {"seq_len": 5, "dims": [1, 2]}
     assert entry["config"]["base"] == 10000.0
+
+
+def test_an_empty_bug_class_map_is_used_as_given_not_replaced_by_the_catalogue():
+    """``bug_classes={}`` describes no class, so a case's class is unknown: the new manifest is refused
+    (the catalogue's descriptions are the default only when no map is given)."""
+    from rope_ref.conformance.golden_manifest import GoldenError
+
+    with pytest.raises(GoldenError, match="the new manifest: schema violation at /cases/0/bug_class"):
+        build_set([_case()], "npz", "g", "custom", {}, None)
+    _, manifest = build_set([_case(bug_class="mine")], "npz", "g", "custom", {"mine": "my class"}, None)
+    assert manifest["bug_classes"] == {"mine": "my class"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "pointer"),
+    [
+        ("tolerance", "roughly", "/cases/0/tolerance"),
+        ("op", "rotate_everything", "/cases/0/op"),
+        ("io_dtype", "float8", "/cases/0/io_dtype"),
+    ],
+)
+def test_build_set_validates_the_manifest_it_builds(field, value, pointer):
+    from rope_ref.conformance.golden_manifest import GoldenError
+
+    with pytest.raises(GoldenError, match=f"the new manifest: schema violation at {pointer}"):
+        _build(_case(**{field: value}))
+
+
+def test_an_entry_takes_each_field_from_its_own_attribute():
+    """Every field of the case has a value no other field has, so a field read from the wrong attribute
+    shows; the entry is spelled out by hand."""
+    from rope_ref.conformance.golden_manifest import SUITE_VERSION
+
+    case = _case(
+        "apply-own",
+        op="apply",
+        bug_class="layout",
+        tolerance="rotation",
+        io_dtype="float32",
+        description="each field its own",
+        params={"seq_len": 11},
+        inputs={"x": np.zeros((2, 3, 8), dtype=np.float32), "positions": np.arange(3)},
+        expected={"out": np.zeros((2, 3, 8), dtype=np.float32)},
+        aux={"inv_freq": np.full(4, 0.25)},
+        requires=["cos_sin-hand"],
+    )
+    files, manifest = _build(_case(), case, fmt="npz")
+    entry = dict(manifest["cases"][1])
+    sha = entry.pop("sha256")
+    assert entry == {
+        "id": "apply-own",
+        "op": "apply",
+        "description": "each field its own",
+        "bug_class": "layout",
+        "tolerance": "rotation",
+        "io_dtype": "float32",
+        "config": CONFIG,
+        "params": {"seq_len": 11},
+        "file": "apply-own.npz",
+        "inputs": {
+            "x": {"dtype": "float32", "shape": [2, 3, 8]},
+            "positions": {"dtype": "int64", "shape": [3]},
+        },
+        "expected": {"out": {"dtype": "float32", "shape": [2, 3, 8]}},
+        "aux": {"inv_freq": {"dtype": "float64", "shape": [4]}},
+        "requires": ["cos_sin-hand"],
+    }
+    import hashlib
+
+    assert sha == hashlib.sha256(files["apply-own.npz"]).hexdigest() != manifest["cases"][0]["sha256"]
+    assert manifest["suite_version"] == SUITE_VERSION and manifest["schema_version"] == 1
+    assert manifest["bug_classes"].keys() == {"tables", "layout"}

@@ -99,6 +99,7 @@ def test_merged_provenance_and_descriptions_are_the_new_runs_with_the_commands_a
         ("cos_sin-llama-2-7b", "cos_sin", "llama-2-7b"),
         ("cos_sin-m7-fp8", "cos_sin", "m7-fp8"),  # not a dtype suffix: part of the name
         ("apply-m7", "cos_sin", "apply-m7"),  # another op's prefix is not stripped
+        ("cos_sin-fp32", "cos_sin", "fp32"),  # a name that is a dtype suffix alone is the name
     ],
 )
 def test_group_of_recovers_the_set_name_of_a_custom_case_id(case_id, op, name):
@@ -140,11 +141,14 @@ def test_merge_refuses_a_named_run_over_the_catalogue():
     from rope_ref.conformance.golden_target import GoldenWriteError
 
     old = _manifest(
-        "rope-ref golden generate --out DIR", {"tables": "t"}, _entry("cos_sin-c", "cos_sin", "tables")
+        "rope-ref golden generate --out DIR",
+        {"tables": "t"},
+        _entry("cos_sin-c", "cos_sin", "tables"),
+        _entry("apply-c", "apply", "tables"),
     )
     old["provenance"]["source"] = "catalogue"
     new = _manifest("cmd", {"tables": "t"}, _entry("cos_sin-n", "cos_sin", "tables"))
-    with pytest.raises(GoldenWriteError, match=r"it holds the catalogue \(1 cases\), not a --preset"):
+    with pytest.raises(GoldenWriteError, match=r"it holds the catalogue \(2 cases\), not a --preset"):
         merge_sets(Path("out"), old, new, "n", command="cmd")
 
 
@@ -222,3 +226,93 @@ def test_an_old_set_without_recorded_commands_is_named_by_its_cases(ids, key):
     assert got == recorded
     got["p"] = "edited"
     assert recorded["p"] == "cmd p"
+
+
+def test_merged_bug_classes_are_only_those_the_kept_and_new_cases_use():
+    from rope_ref.conformance.golden_merge import merge_sets
+
+    old = _manifest(
+        "cmd old",
+        {"tables": "t", "layout": "unused old", "rotation": "r"},
+        _entry("cos_sin-old", "cos_sin", "rotation"),
+        _entry("cos_sin-new", "cos_sin", "tables"),  # replaced by the run: its class goes unless used
+    )
+    new = _manifest("cmd new", {"decay": "d", "heads": "unused new"}, _entry("apply-new", "apply", "decay"))
+    _, merged = merge_sets(Path("out"), old, new, "new", command="cmd new")
+    assert [c["id"] for c in merged["cases"]] == ["cos_sin-old", "apply-new"]
+    assert merged["bug_classes"] == {"decay": "d", "rotation": "r"}
+    assert list(merged["bug_classes"]) == ["decay", "rotation"]
+
+
+def test_merge_leaves_the_old_and_new_manifests_as_they_were():
+    import copy
+
+    from rope_ref.conformance.golden_merge import merge_sets
+
+    old = _manifest("cmd old", {"tables": "t"}, _entry("cos_sin-old", "cos_sin", "tables"))
+    new = _manifest("cmd new", {"tables": "t"}, _entry("cos_sin-new", "cos_sin", "tables"))
+    new["provenance"]["informational"] = {"host": "box"}
+    before = copy.deepcopy((old, new))
+    _, merged = merge_sets(Path("out"), old, new, "new", command="cmd new")
+    assert (old, new) == before
+    assert merged["provenance"]["informational"] == {
+        "host": "box",
+        "generators": {"old": "cmd old", "new": "cmd new"},
+    }
+
+
+def test_a_named_run_that_replaces_every_old_case_takes_the_new_manifest_as_is():
+    from rope_ref.conformance.golden_merge import merge_sets
+
+    ids = ("cos_sin-m", "cos_sin-m-fp16")
+    old = _manifest("cmd old", {"tables": "t"}, *(_entry(i, "cos_sin", "tables") for i in ids))
+    new = _manifest("cmd new", {"tables": "t"}, _entry("cos_sin-m-fp32", "cos_sin", "tables"))
+    kept, merged = merge_sets(Path("out"), old, new, "m", command="cmd new")
+    assert kept == [] and merged is new and "informational" not in new["provenance"]
+
+
+def test_the_catalogue_may_replace_an_empty_custom_set():
+    from rope_ref.conformance.golden_merge import merge_sets
+
+    old = _manifest("cmd old", {"tables": "t"})
+    new = _manifest("cmd new", {"tables": "t"}, _entry("cos_sin-c", "cos_sin", "tables"))
+    new["provenance"]["source"] = "catalogue"
+    assert merge_sets(Path("out"), old, new, None, command="cmd new") == ([], new)
+
+
+def test_a_refusal_says_what_is_dropped_and_how_to_go_on():
+    from rope_ref.conformance.golden_merge import _refuse
+    from rope_ref.conformance.golden_target import GoldenWriteError
+
+    err = _refuse(Path("/sets/g"), "it holds X")
+    assert isinstance(err, GoldenWriteError)
+    assert str(err) == (
+        "--out /sets/g: it holds X; generating there would drop cases this run does not own. Pass "
+        "--replace to replace the whole set, or choose another --out (sets merge only by --name, in one "
+        "format)"
+    )
+
+
+@pytest.mark.parametrize("informational", [["generators"], "generators", {"generators": ["cmd"]}])
+def test_a_commands_record_that_is_not_a_map_is_ignored(informational):
+    from rope_ref.conformance.golden_merge import _generators
+
+    old = _manifest("cmd old", {"tables": "t"}, _entry("cos_sin-m7", "cos_sin", "tables"))
+    old["provenance"]["informational"] = informational
+    assert _generators(old) == {"m7": "cmd old"}
+
+
+def test_the_runs_command_comes_last_even_when_its_group_was_recorded_first():
+    """The joined generator replays the runs in order: this run's command comes last."""
+    from rope_ref.conformance.golden_merge import merge_sets
+
+    recorded = {"b": "cmd b old", "a": "cmd a"}
+    entries = (_entry("cos_sin-b", "cos_sin", "tables"), _entry("cos_sin-a", "cos_sin", "tables"))
+    old = _manifest("cmd b old && cmd a", {"tables": "t"}, *entries, generators=recorded)
+    new = _manifest("cmd b new", {"tables": "t"}, _entry("cos_sin-b-fp16", "cos_sin", "tables"))
+    _, merged = merge_sets(Path("out"), old, new, "b", command="cmd b new")
+    assert merged["provenance"]["generator"] == "cmd a && cmd b new"
+    assert list(merged["provenance"]["informational"]["generators"].items()) == [
+        ("a", "cmd a"),
+        ("b", "cmd b new"),
+    ]

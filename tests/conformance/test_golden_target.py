@@ -242,3 +242,101 @@ def test_the_writer_reads_back_a_manifest_or_journal_as_large_as_the_reader_acce
     from rope_ref.conformance.golden_target import _MAX_READ
 
     assert _MAX_READ == 64 * 2**20 == DEFAULT_LIMITS.manifest_bytes
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "dangling symlink"])
+def test_a_target_that_is_not_a_directory_is_refused_up_front_and_left_alone(tmp_path, kind):
+    import socket
+    import stat
+
+    from rope_ref.conformance.golden_target import GoldenWriteError, prepare_target
+
+    out = tmp_path / "out"
+    if kind == "fifo":
+        os.mkfifo(out)
+        message, is_kind = f"--out {out} exists and is not a directory", stat.S_ISFIFO
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(out))
+        sock.close()
+        message, is_kind = f"--out {out} exists and is not a directory", stat.S_ISSOCK
+    else:
+        out.symlink_to(tmp_path / "missing")
+        message, is_kind = f"--out {out} is a symlink; refusing to follow it", stat.S_ISLNK
+    with pytest.raises(GoldenWriteError) as info:
+        prepare_target(out)
+    assert str(info.value).startswith(message)
+    assert is_kind(os.lstat(out).st_mode) and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_target_swapped_for_a_symlink_while_it_is_made_is_refused(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from rope_ref.conformance.golden_target import GoldenWriteError, prepare_target
+
+    out, real_mkdir = tmp_path / "out", Path.mkdir
+    (tmp_path / "elsewhere").mkdir()
+
+    def racing_mkdir(self, *args, **kwargs):
+        if self == out:  # another process puts a symlink there between the check and the mkdir
+            out.symlink_to(tmp_path / "elsewhere")
+            raise FileExistsError(out)
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", racing_mkdir)
+    with pytest.raises(GoldenWriteError, match=f"--out {out} is not a plain directory; refusing to write"):
+        prepare_target(out)
+    assert os.listdir(tmp_path / "elsewhere") == []
+
+
+@pytest.mark.parametrize("recreated", [True, False], ids=["replaced", "removed"])
+def test_the_lock_is_taken_again_when_its_file_went_away_while_waiting(tmp_path, monkeypatch, recreated):
+    """The run that held the lock removes its file on leaving: a lock taken on that unlinked file would
+    exclude nobody, so the lock is taken again on the file now at the path."""
+    import fcntl
+
+    from rope_ref.conformance.golden_target import exclusive_lock
+
+    path, real_flock, calls = tmp_path / LOCK_NAME, fcntl.flock, []
+
+    def flock_after_the_holder_left(fd, op):
+        calls.append(op)
+        if len(calls) == 1:
+            os.unlink(path)
+            if recreated:
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_the_holder_left)
+    with exclusive_lock(tmp_path):
+        assert len(calls) == 2
+        other = os.open(path, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                real_flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    assert not path.exists()
+
+
+def test_a_lock_that_cannot_be_created_raises_the_os_error(tmp_path):
+    from rope_ref.conformance.golden_target import exclusive_lock
+
+    with pytest.raises(FileNotFoundError):
+        with exclusive_lock(tmp_path / "missing"):
+            pass
+
+
+def test_fsync_dir_syncs_the_directory_itself_and_ignores_a_missing_one(tmp_path, monkeypatch):
+    from rope_ref.conformance.golden_target import fsync_dir
+
+    synced, real_fsync = [], os.fsync
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd)
+    )
+    fsync_dir(tmp_path)
+    fsync_dir(tmp_path / "missing")  # best effort: nothing to sync, no error
+    assert synced == [str(tmp_path)]
+    fds = set(os.listdir("/proc/self/fd"))
+    fsync_dir(tmp_path)
+    assert set(os.listdir("/proc/self/fd")) == fds  # the directory's descriptor is closed again

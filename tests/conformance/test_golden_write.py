@@ -92,12 +92,13 @@ def test_a_file_in_the_way_is_refused_even_with_force(tmp_path):
     out.mkdir()
     (out / "cos_sin-b.safetensors").write_bytes(b"not ours")
     (out / "cos_sin-a.safetensors").write_bytes(b"not ours either")
+    (out / "notes.txt").write_text("foreign, but not in the way")
     with pytest.raises(
         GoldenWriteError, match="'cos_sin-a.safetensors' exists and is not a file .*\\(2 such"
     ):
         _write(out, "cos_sin-a", "cos_sin-b", force=True)
     assert (out / "cos_sin-b.safetensors").read_bytes() == b"not ours"
-    assert sorted(os.listdir(out)) == ["cos_sin-a.safetensors", "cos_sin-b.safetensors"]
+    assert sorted(os.listdir(out)) == ["cos_sin-a.safetensors", "cos_sin-b.safetensors", "notes.txt"]
 
 
 def test_a_merge_keeps_the_other_groups_files_byte_for_byte(tmp_path):
@@ -273,3 +274,112 @@ def test_replace_drops_the_other_groups_and_a_foreign_manifest_is_in_the_way(tmp
     with pytest.raises(GoldenWriteError, match="'manifest.json' exists and is not a file of a rope-ref"):
         _write(other, "cos_sin-a", force=True)
     assert (other / MANIFEST).read_text() == '{"mine": true}' and sorted(os.listdir(other)) == [MANIFEST]
+
+
+def test_the_set_is_staged_inside_out_and_the_staging_directory_removed(tmp_path, monkeypatch):
+    """Staging inside ``--out`` keeps every rename on one file system and lets the next run find and
+    remove what a killed run left; nothing is ever made beside ``--out``."""
+    staged, real_load = [], golden.load_golden
+    monkeypatch.setattr(golden, "load_golden", lambda path: staged.append(path) or real_load(path))
+    out = write_golden([_case("cos_sin-a")], str(tmp_path / "g"), generator="by hand", source="custom")
+    assert isinstance(out, Path) and out == tmp_path / "g"
+    assert len(staged) == 1 and staged[0].parent == out
+    assert staged[0].name.startswith(golden.STAGING_PREFIX) and not staged[0].exists()
+    assert os.listdir(tmp_path) == ["g"]
+
+
+def test_a_directory_of_golden_files_without_the_staging_prefix_is_kept(tmp_path):
+    out = _write(tmp_path / "g", "cos_sin-a")
+    for name in ("backup", ".rope-ref-backup"):
+        (out / name).mkdir()
+        (out / name / MANIFEST).write_bytes((out / MANIFEST).read_bytes())
+    _write(out, "cos_sin-b", replace=True)
+    assert os.listdir(out / "backup") == os.listdir(out / ".rope-ref-backup") == [MANIFEST]
+    assert sorted(os.listdir(out)) == [".rope-ref-backup", "backup", "cos_sin-b.safetensors", MANIFEST]
+
+
+def test_a_signal_during_the_swap_is_delivered_only_once_the_set_is_whole(tmp_path, monkeypatch):
+    out = _write(tmp_path / "g", "cos_sin-a")
+    renames, seen, real_rename = [], [], golden._rename
+
+    def rename(src, dst, count):
+        if not renames:
+            os.kill(os.getpid(), signal.SIGTERM)
+        renames.append(src.name)
+        real_rename(src, dst, count)
+
+    monkeypatch.setattr(golden, "_rename", rename)
+    previous = signal.signal(
+        signal.SIGTERM, lambda signum, frame: seen.append((len(renames), os.listdir(out)))
+    )
+    try:
+        _write(out, "cos_sin-b", replace=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert renames == [JOURNAL, "cos_sin-b.safetensors", MANIFEST]
+    assert len(seen) == 1 and seen[0][0] == 3 and JOURNAL not in seen[0][1]
+    assert "cos_sin-a.safetensors" not in seen[0][1]
+
+
+def test_a_stale_file_removed_by_someone_else_during_the_swap_is_no_error(tmp_path, monkeypatch):
+    out = _write(tmp_path / "g", "cos_sin-a", "cos_sin-c")
+    real_rename = golden._rename
+
+    def rename(src, dst, count):
+        real_rename(src, dst, count)
+        if src.name == MANIFEST:  # the old set's stale file goes before the clean-up reaches it
+            (out / "cos_sin-c.safetensors").unlink()
+
+    monkeypatch.setattr(golden, "_rename", rename)
+    _write(out, "cos_sin-b", replace=True)
+    assert sorted(os.listdir(out)) == ["cos_sin-b.safetensors", MANIFEST]
+
+
+def test_a_directory_counts_as_foreign_and_one_named_like_a_case_file_is_in_the_way(tmp_path):
+    out = tmp_path / "g"
+    (out / "notes").mkdir(parents=True)
+    with pytest.raises(GoldenWriteError, match=f"--out {out} is not empty .*holds e.g. 'notes'\\)"):
+        _write(out, "cos_sin-a")
+    (out / "cos_sin-a.safetensors").mkdir()
+    with pytest.raises(GoldenWriteError, match="'cos_sin-a.safetensors' exists and is not a file of a"):
+        _write(out, "cos_sin-a", force=True)
+    assert sorted(os.listdir(out)) == ["cos_sin-a.safetensors", "notes"]
+    assert os.listdir(out / "cos_sin-a.safetensors") == []
+
+
+def test_each_step_of_the_swap_is_made_durable_in_order(tmp_path, monkeypatch):
+    """docs/golden-format.md: every staged file is fsynced; the journal is moved in and the directory
+    fsynced before any file; the directory is fsynced after the stale files go and after the journal goes."""
+    out = _write(tmp_path / "g", "cos_sin-a")
+    log: list[tuple] = []
+    real_fsync, real_rename, real_fsync_dir = os.fsync, golden._rename, golden.fsync_dir
+
+    def listing() -> tuple[str, ...]:
+        skip = (golden.LOCK_NAME, golden.STAGING_PREFIX)
+        return tuple(sorted(n for n in os.listdir(out) if not n.startswith(skip)))
+
+    def fsync(fd):
+        log.append(("fsync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(
+        golden, "_rename", lambda s, d, c: log.append(("rename", s.name)) or real_rename(s, d, c)
+    )
+    monkeypatch.setattr(golden, "fsync_dir", lambda p: log.append((str(p), listing())) or real_fsync_dir(p))
+    _write(out, "cos_sin-b", replace=True)
+    new = "cos_sin-b.safetensors"
+    assert log == [
+        ("fsync", new),
+        ("fsync", MANIFEST),
+        ("fsync", JOURNAL),
+        ("rename", JOURNAL),
+        (str(out), (JOURNAL, "cos_sin-a.safetensors", MANIFEST)),
+        ("fsync", "g"),
+        ("rename", new),
+        ("rename", MANIFEST),
+        (str(out), (JOURNAL, new, MANIFEST)),
+        ("fsync", "g"),
+        (str(out), (new, MANIFEST)),
+        ("fsync", "g"),
+    ]

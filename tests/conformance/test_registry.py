@@ -301,18 +301,25 @@ def test_a_file_module_is_named_from_its_file_and_its_folder_put_once_on_the_pat
         sys.modules.pop("rope_ref_user_backend_my_rope_v2", None)
 
 
-def test_a_package_module_in_the_cwd_is_found_when_its_top_package_is_missing(tmp_path, monkeypatch):
-    pkg = tmp_path / "h27_cwd_pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "impl.py").write_text(MODULE)
+@pytest.mark.parametrize("parts", [("h27_cwd_pkg", "impl"), ("h27_top", "middle", "impl")])
+def test_a_package_module_in_the_cwd_is_found_when_its_top_package_is_missing(tmp_path, monkeypatch, parts):
+    """``a.b`` or ``a.b.c`` with ``a`` missing: the error names the top package ``a`` (not ``a.b``), and
+    that is the module the retry from the cwd is for."""
+    folder = tmp_path
+    for part in parts[:-1]:
+        folder = folder / part
+        folder.mkdir()
+        (folder / "__init__.py").write_text("")
+    (folder / f"{parts[-1]}.py").write_text(MODULE)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    names = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
     try:
-        assert isinstance(get_backend("h27_cwd_pkg.impl:NoPrecision"), OracleBackend)
+        assert isinstance(get_backend(f"{names[0]}:NoPrecision"), OracleBackend)
         assert sys.path[0] == str(tmp_path)
     finally:
-        sys.modules.pop("h27_cwd_pkg.impl", None), sys.modules.pop("h27_cwd_pkg", None)
+        for name in names:
+            sys.modules.pop(name, None)
 
 
 @pytest.mark.parametrize("on_path", ["cwd", ""])
@@ -367,3 +374,84 @@ def test_a_peers_package_that_fails_to_import_names_no_peers(tmp_path, monkeypat
     monkeypatch.setattr(registry, "PEERS_PACKAGE", "h27_broken_peers")
     assert registry._peer_names() == ()
     assert registry.builtin_names()[-1] == "array-api:<module>"
+
+
+def test_a_module_written_to_the_cwd_after_a_failed_lookup_is_found(tmp_path, monkeypatch):
+    """The cwd's directory listing, cached by an earlier lookup, is refreshed before the retry (the file
+    system may keep the folder's mtime when a file appears within one tick: set it back here)."""
+    import importlib.machinery
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    cwd = os.getcwd()
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", cwd, str(tmp_path))])
+    monkeypatch.setattr(sys, "path_importer_cache", dict(sys.path_importer_cache))
+    assert importlib.machinery.PathFinder.find_spec("h27_late_backend", [cwd]) is None  # caches the listing
+    stat = os.stat(cwd)
+    (tmp_path / "h27_late_backend.py").write_text(MODULE)
+    os.utime(cwd, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    try:
+        assert isinstance(get_backend("h27_late_backend:NoPrecision"), OracleBackend)
+        assert sys.path[0] == cwd
+    finally:
+        sys.modules.pop("h27_late_backend", None)
+
+
+def test_a_relative_file_puts_its_absolute_folder_on_the_path(tmp_path, monkeypatch):
+    """``sub/mine.py:X`` from the cwd: the folder goes on sys.path as an absolute path (a later chdir
+    must not change what it names) and the module's file is absolute too."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "h27_relative.py").write_text(MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        backend = get_backend("sub/h27_relative.py:NoPrecision")
+        module = sys.modules["rope_ref_user_backend_h27_relative"]
+        assert type(backend).__module__ == module.__name__
+        assert sys.path[0] == str(tmp_path / "sub") and "sub" not in sys.path
+        assert module.__file__ == str(tmp_path / "sub" / "h27_relative.py")
+    finally:
+        sys.modules.pop("rope_ref_user_backend_h27_relative", None)
+
+
+def test_a_folder_named_like_a_python_file_is_no_file(tmp_path):
+    (tmp_path / "h27_dir.py").mkdir()
+    with pytest.raises(BackendNotFound, match=r"^backend '.*h27_dir\.py:X': no such file .*h27_dir\.py$"):
+        get_backend(f"{tmp_path}/h27_dir.py:X")
+
+
+def test_a_file_that_exits_while_imported_is_not_left_imported(tmp_path):
+    """Any exception (SystemExit too, not only Exception) unregisters the half-imported module."""
+    (tmp_path / "h27_exits.py").write_text("raise SystemExit(3)\n")
+    with pytest.raises(SystemExit):
+        get_backend(f"{tmp_path}/h27_exits.py:X")
+    assert "rope_ref_user_backend_h27_exits" not in sys.modules
+
+
+def test_an_entry_point_whose_name_has_a_colon_wins_over_module_attr(monkeypatch):
+    """Entry points are looked up before ``module:attr`` (and before file specs)."""
+    points = [_EntryPoint("os:path", OracleBackend), _EntryPoint("h27/x.py:Y", OracleBackend)]
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: points)
+    assert type(get_backend("os:path")) is OracleBackend
+    assert type(get_backend("h27/x.py:Y")) is OracleBackend
+
+
+@pytest.mark.parametrize(
+    "attr, precision, error, message",
+    [
+        ("INSTANCE", "fp64", ValueError, "backend '{spec}' is an instance; it cannot take precision='fp64'"),
+        (
+            "NoPrecision",
+            "fp32",
+            ValueError,
+            "backend '{spec}' takes no precision option, got precision='fp32'",
+        ),
+        ("bad_factory", None, TypeError, "factory '{spec}' returned str, not a rope_ref Backend"),
+        ("NOT_CALLABLE", None, TypeError, "'{spec}' is a int, not a Backend class, instance or factory"),
+    ],
+)
+def test_errors_of_what_a_name_resolves_to_name_the_whole_backend(user_file, attr, precision, error, message):
+    spec = f"{user_file}:{attr}"
+    with pytest.raises(error) as info:
+        get_backend(spec, precision)
+    assert str(info.value) == message.format(spec=spec)

@@ -68,10 +68,15 @@ class LengthProbe(Scaling):
 
     def __init__(self):
         self.seen = []
+        self.factor_seen = []
 
     def inv_freq(self, base, rotary_dim, seq_len):
         self.seen.append(seq_len)
         return base ** (-np.arange(0, rotary_dim, 2) / rotary_dim)
+
+    def attention_factor(self, rotary_dim, seq_len):
+        self.factor_seen.append(seq_len)
+        return 1.0
 
 
 # --- relative_upper_bound ------------------------------------------------------------------------
@@ -179,6 +184,26 @@ def test_length_dependent_scaling_sees_max_abs_distance_plus_one():
     assert probe.seen == [701, 4096]
 
 
+def test_explicit_seq_len_reaches_every_length_dependent_call():
+    probe = LengthProbe()
+    cfg = RopeConfig(16, layout="half", scaling=probe)
+    one = np.ones(16)
+    calls = [
+        lambda **kw: score_curve([1.0, -900.0], cfg, **kw),
+        lambda **kw: abel_bound(one, one, [2.0, -30.0], cfg, **kw),  # tables shared by both sides
+        lambda **kw: abel_bound(np.ones((3, 16)), one, -30.0, cfg, **kw),  # the bound side on its own
+    ]
+    for call, implicit in zip(calls, [901, 31, 31], strict=True):
+        for kw, want in (({"seq_len": 4096}, 4096), ({}, implicit)):
+            probe.seen.clear()
+            probe.factor_seen.clear()
+            call(**kw)
+            assert probe.seen and set(probe.seen) == {want}
+    probe.factor_seen.clear()
+    score_curve([5.0], cfg, seq_len=777)
+    assert probe.factor_seen == [777]  # the attention factor of the score sees the same length
+
+
 def test_bound_rejects_bad_input():
     with pytest.raises(TypeError, match="cfg"):
         relative_upper_bound([1.0], {"head_dim": 128})
@@ -234,6 +259,33 @@ def test_abel_exact_never_exceeds_bound(q, k, r, layout, rotary_dim, base):
     want_exact, want_bound = _abel_by_hand(q, k, r, cfg)
     assert exact == pytest.approx(want_exact, rel=1e-9, abs=1e-9)
     assert bound == pytest.approx(want_bound, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_abel_bound_matches_hand_loops_for_fixed_vectors(layout):
+    # Partial rotary (12 of 16 channels, large pass-through values that must not enter), base 500.
+    cfg = RopeConfig(16, layout=layout, rotary_dim=12, base=500.0)
+    rng = np.random.default_rng(11)
+    q, k = rng.standard_normal((2, 16))
+    q[12:], k[12:] = 40.0, -30.0
+    for r in (0.0, 3.5, -40.0, 1234.0):
+        exact, bound = abel_bound(q, k, r, cfg)
+        want_exact, want_bound = _abel_by_hand(q, k, r, cfg)
+        assert exact == pytest.approx(want_exact, rel=1e-12)
+        assert bound == pytest.approx(want_bound, rel=1e-12)
+        assert exact <= bound
+
+
+def test_abel_bound_returns_writable_arrays_of_their_own():
+    # Both sides come back as fresh arrays, not read-only broadcast views of one row.
+    cfg = RopeConfig(8, layout="half")
+    for q, r in ((np.ones((3, 8)), 2.0), (np.ones(8), np.array([1.0, 5.0]))):
+        res = abel_bound(q, np.ones(8), r, cfg)
+        assert not np.shares_memory(res.exact, res.bound)
+        for side in res:
+            assert side.flags.writeable and side.shape == np.broadcast_shapes(q.shape[:-1], np.shape(r))
+            side[0] = -1.0
+            assert side[-1] > 0.0
 
 
 def test_abel_exact_side_bounds_the_rotated_score():
@@ -370,6 +422,21 @@ def test_command_fractional_step_and_bad_scaling(tmp_path, capsys):
     assert float(rows[0][1]) == 16.5
     assert main(["decay", "--head-dim", "64", "--scaling", "bogus:2"]) == 2
     assert "bogus" in capsys.readouterr().err
+
+
+def test_plot_decay_draws_each_config_with_its_label():
+    wide, narrow = RopeConfig(16, layout="half"), RopeConfig(8, layout="interleaved", base=500.0)
+    ax = plot_decay([wide, narrow], 6, step=2.0).axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["d=16 base=10000", "d=8 base=500"]
+    for line, (d, base) in zip(ax.get_lines(), [(16, 10000.0), (8, 500.0)], strict=True):
+        assert list(line.get_xdata()) == [0.0, 2.0, 4.0, 6.0]
+        want = [loop_bound(x, d, base) for x in (0, 2, 4, 6)]
+        np.testing.assert_allclose(line.get_ydata(), want, rtol=1e-12)
+    ax = plot_decay((wide, narrow), 6, labels=("x", "y")).axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["x", "y"]
+    for labels in (["x"], ["x", "y", "z"]):
+        with pytest.raises(ValueError, match=f"^labels has {len(labels)} entries for 2 configs$"):
+            plot_decay([wide, narrow], 6, labels=labels)
 
 
 def test_plot_window_draws_moving_means(tmp_path):

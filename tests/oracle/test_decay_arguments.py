@@ -4,6 +4,8 @@ and broadcasting, each refused (or accepted at its limit) with its own message.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -108,7 +110,7 @@ U64 = 2.0**-53
 
 @pytest.mark.parametrize(
     ("max_distance", "step", "count"),
-    [(0.3, 0.1, 4), (0.7, 0.1, 8), (2.0, 0.5, 5), (1.0, 0.3, 4), (5.0, 1.0, 6)],
+    [(0.3, 0.1, 4), (0.7, 0.1, 8), (2.0, 0.5, 5), (1.0, 0.3, 4), (5.0, 1.0, 6), (0.9999999, 0.1, 10)],
 )
 def test_decay_distances_keep_the_last_grid_point(max_distance, step, count):
     """0.3 / 0.1 is 2.9999999999999996 in float64: the grid still ends at (about) 0.3."""
@@ -116,3 +118,69 @@ def test_decay_distances_keep_the_last_grid_point(max_distance, step, count):
     assert grid.shape == (count,)
     np.testing.assert_allclose(grid, [i * step for i in range(count)], rtol=4 * U64, atol=0)
     assert grid[-1] <= max_distance * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(
+    ("max_distance", "step", "message"),
+    [
+        (0.0, 1.0, "max_distance must be > 0, got 0.0"),
+        (-3.0, 1.0, "max_distance must be > 0, got -3.0"),
+        (4.0, 0.0, "step must be > 0, got 0.0"),
+        (4.0, -0.5, "step must be > 0, got -0.5"),
+        (float("nan"), 1.0, "max_distance must be finite, got nan"),
+        (4.0, float("inf"), "step must be finite, got inf"),
+    ],
+)
+def test_decay_distances_refuse_non_positive_ranges(max_distance, step, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        decay_distances(max_distance, step)
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        decay.plot_decay(RopeConfig(8, layout="half"), max_distance, step=step)
+
+
+def test_decay_distances_accept_the_smallest_positive_range():
+    assert decay_distances(1e-3, 1e-3).tolist() == [0.0, 1e-3]
+    assert decay_distances(0.5).tolist() == [0.0]  # default step 1: only r = 0 fits
+
+
+@pytest.mark.parametrize("given", ["q", "k"])
+def test_samples_refuse_either_vector(given):
+    cfg = RopeConfig(8, layout="half")
+    vectors = {given: np.ones(8)}
+    with pytest.raises(ValueError, match="^pass either q and k, or samples > 0, not both$"):
+        score_curve([0.0], cfg, samples=2, **vectors)
+
+
+@pytest.mark.parametrize("window", [0, 7])
+def test_plot_window_must_fit_the_distances(window):
+    cfg = RopeConfig(8, layout="half")
+    message = "window must be >= 1"
+    if window:
+        message = "window must be <= the number of distances \\(6\\), got 7"
+    with pytest.raises(ValueError, match=message):
+        decay.plot_decay(cfg, 5, window=window)
+
+
+def test_each_vector_of_the_wrong_width_is_named():
+    cfg = RopeConfig(8, layout="half")
+    for q, k, name in ((np.ones(6), np.ones(8), "q"), (np.ones(8), np.ones((2, 6)), "k")):
+        shape = re.escape(str(np.shape(q if name == "q" else k)))
+        message = rf"^{name}.shape\[-1\] must equal head_dim=8, got {name}.shape={shape}$"
+        with pytest.raises(ValueError, match=message):
+            decay.abel_bound(q, k, 1.0, cfg)
+        with pytest.raises(ValueError, match=message):
+            score_curve([1.0], cfg, q, k)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda cfg: decay.abel_bound(np.ones(8), np.ones(8), 1.0, cfg),
+        lambda cfg: score_curve([1.0], cfg),
+        lambda cfg: decay.config_label(cfg),
+        lambda cfg: decay.plot_decay([RopeConfig(8, layout="half"), cfg], 4),
+    ],
+)
+def test_every_public_function_refuses_a_config_that_is_not_a_rope_config(call):
+    with pytest.raises(TypeError, match="cfg"):
+        call({"head_dim": 8, "layout": "half"})

@@ -50,3 +50,11 @@ def test_plot_decay_grid_and_labels():
     assert ax.get_title() == "RoPE long-term decay (RoFormer §3.4.3)"
     ax2 = decay.plot_decay(cfg, 20, window=3, title="T").axes[0]
     assert ax2.get_ylabel() == plain + "\nmoving mean over 3 distances" and ax2.get_title() == "T"
+
+
+def test_plot_decay_png_takes_the_figure_size_and_dpi(tmp_path):
+    path = tmp_path / "s.png"
+    decay.plot_decay(RopeConfig(8, layout="half"), 4, figsize=(3.0, 2.5), dpi=40, path=str(path))
+    png = path.read_bytes()
+    # IHDR width and height: 3 x 2.5 inches at 40 dpi.
+    assert int.from_bytes(png[16:20], "big") == 120 and int.from_bytes(png[20:24], "big") == 100

@@ -97,6 +97,21 @@ def test_sampled_curve_draws_q_then_eps_per_chunk_of_2_16_rows_at_head_dim_8():
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("samples", [1, 3])
+def test_sampled_curve_defaults_to_seed_0_and_correlation_1(samples):
+    """Defaults seed=0, correlation=1 (k = q): h_i = |z_q|^2 averaged over the draws, one sample included."""
+    cfg = RopeConfig(8, layout="interleaved", rotary_dim=4)
+    q = _irwin_hall_by_hand(np.random.default_rng(0), (samples, 8))
+    zq = q[:, 0:4:2] + 1j * q[:, 1:4:2]
+    h = (np.abs(zq) ** 2).mean(axis=0)
+    through = (q[:, 4:] ** 2).sum(axis=1).mean()
+    r = np.array([0.0, 3.0, -11.0])
+    theta = 10000.0 ** (-np.arange(2) / 2)
+    want = [sum(h[i] * math.cos(x * theta[i]) for i in range(2)) + through for x in r]
+    got = decay.score_curve(r, cfg, samples=samples)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
 def test_sampled_curve_averages_the_pass_through_product():
     """k = q (correlation 1): the score at r = 0 is E|q|^2 = head_dim, 62 of its 64 from the channels
     that are not rotated. The mean over 4000 samples has a standard deviation of sqrt(2 * 64 / 4000)."""

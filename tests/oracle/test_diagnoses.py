@@ -731,3 +731,159 @@ def test_candidates_that_cannot_be_estimated_are_no_candidates():
     assert diagnoses.table_bug_candidates(np.ones((3, 8)), np.ones((3, 5)), pos, CFG16, None, build) == []
     v, got = np.ones((3, 16)), np.ones((3, 9))
     assert diagnoses.common_bug_candidates(v, got, pos, CFG16, None, build, 1.0, None) == []
+
+
+_TABLE = "a cos/sin table of {n} rows read past its end (positions >= {n} {how})"
+
+
+@pytest.mark.parametrize(
+    "rows, fill, candidates",
+    [
+        (8, "clamp", [(8, "clamped to row 7", "clamp"), (1, "wrapped to row p mod 1", "wrap")]),
+        (5, "wrap", [(1, "clamped to row 0", "clamp"), (5, "wrapped to row p mod 5", "wrap")]),
+    ],
+)
+def test_table_candidates_of_a_gradient_read_the_row_back_through_the_sign(rows, fill, candidates):
+    """The VJP rotates by -p: phasors sit at -p, and the row the first wrong token read is ``first - k``."""
+    omega = _hf_inv_freq(1e4)
+    pos = np.arange(12.0)
+    used = np.minimum(pos, rows - 1) if fill == "clamp" else np.mod(pos, rows)
+    P, W = -pos[::-1], np.exp(-1j * omega * used[::-1, None])  # sorted signed positions, turned by -row
+    found = diagnoses._table_candidates(P, W, omega, CFG16, pos, float(rows), -1.0, lambda cfg, p: p)
+    assert [label for label, _ in found] == [_TABLE.format(n=n, how=how) for n, how, _ in candidates]
+    for (n, _, how), (_, rows_read) in zip(candidates, found, strict=True):
+        want = np.minimum(pos, n - 1) if how == "clamp" else np.mod(pos, n)
+        assert rows_read.tolist() == want.tolist()
+
+
+_GENERIC = (
+    "; an exact element that must equal the input bit for bit (pass-through channels or position 0); "
+    "1 of {n} elements out of tolerance, all of them exact elements"
+)
+
+
+@pytest.mark.parametrize(
+    ("op", "expected", "got", "line"),
+    [
+        (
+            "inv_freq",
+            np.array([1.0, 0.1, 0.01, 0.001]),
+            np.array([1.0, 0.1, 0.015, 0.001]),
+            "inv_freq[2]: expected 0.01, got 0.015, |err| 0.005" + _GENERIC.format(n=4),
+        ),
+        (  # a 0-d output: named without an index
+            "attention_factor",
+            np.asarray(1.25),
+            np.asarray(1.5),
+            "inv_freq: expected 1.25, got 1.5, |err| 0.25" + _GENERIC.format(n=1),
+        ),
+    ],
+)
+def test_exact_line_outside_a_rotation_names_no_channel(op, expected, got, line):
+    """Only apply / apply_vjp tell position 0 from a pass-through channel; any other op (every element
+    exact under the ``exact`` rule) gets the generic kind."""
+    case = rope_ref.testing._case(op, CFG16, {}, {"inv_freq": expected}, "exact", None)
+    policy = rope_ref.testing.precision_policy("float64")
+    (c,) = [c for c in rope_ref.tolerance.compare_output(case, "inv_freq", got, policy) if not c.passed]
+    assert diagnoses.exact_line(c, case, "inv_freq", got, policy) == line
+
+
+def test_estimate_bases_needs_two_positions():
+    """One position holds no frequency (the fit needs a gap): no base, not an error, at the helper."""
+    omega = _hf_inv_freq(1e4)
+    W = np.exp(1j * omega * 9.0)[None, :]
+    assert diagnoses._estimate_bases(np.array([9.0]), W, CFG16, omega, None) == []
+    P = np.array([9.0, 10.0, 13.0, 30.0])
+    found = diagnoses._estimate_bases(P, np.exp(1j * _hf_inv_freq(5e4) * P[:, None]), CFG16, omega, None)
+    assert found == pytest.approx([5e4], rel=1e-9)  # the control: four positions give the base
+
+
+@pytest.mark.parametrize(("base", "labels"), [(4.0, []), (1e4, ["float16", "bfloat16"])])
+def test_half_precision_frequencies_are_offered_only_where_rounding_changes_them(base, labels):
+    """Base 4 on 4 channels: inv_freq = [1, 1/2], exact in float16 and bfloat16, so rounding them is no
+    mistake to name; base 1e4: inv_freq[1] = 1e-2 rounds in both."""
+    cfg = rope_ref.RopeConfig(4, layout="half", base=base)
+    x = np.random.default_rng(10).standard_normal((6, 4))
+    pos = np.arange(1.0, 7.0) * 3
+    build = rope_ref.testing._builder(x, "apply", {}, None)
+    got = rope_ref.apply(x, pos, cfg)
+    found = diagnoses.common_bug_candidates(x, got, pos, cfg, None, build, 1.0, None)
+    half = [label for label, _ in found if label.startswith("inv_freq computed in")]
+    assert half == [
+        f"inv_freq computed in {d} (the frequencies rounded to {d} before the angle)" for d in labels
+    ]
+
+
+@pytest.mark.parametrize("row", [10.0, -3.0])
+def test_table_candidates_need_a_row_inside_the_table(row):
+    """The first wrong token (at 8) turned by row 10 or row -3: no table of n <= 8 rows reads that row."""
+    omega = _hf_inv_freq(1e4)
+    P = np.arange(0.0, 12.0)
+    used = P.copy()
+    used[8:] = row
+    W = np.exp(1j * omega * used[:, None])
+    assert diagnoses._table_candidates(P, W, omega, CFG16, P, 8.0, 1.0, lambda cfg, p: p) == []
+
+
+def test_explain_names_a_ratio_of_exactly_the_slack_and_keeps_the_first_of_equal_matches(monkeypatch):
+    """``ratio <= EXPLAIN_SLACK`` (4 itself names the bug, just above does not); of two candidates that
+    match equally well, the first listed wins."""
+    ratios = {"a": 4.0, "b": 4.0, "c": np.nextafter(4.0, 5.0), "d": 2.0, "e": 2.0}
+
+    def compare_output(case, name, got, policy):
+        return [type("C", (), {"ratio": ratios[case]})()]
+
+    monkeypatch.setattr(diagnoses.tolerance, "compare_output", compare_output)
+
+    def cands(*labels):
+        return [(lab, lambda lab=lab: (lab, "out")) for lab in labels]
+
+    assert diagnoses.EXPLAIN_SLACK == 4.0
+    assert diagnoses.explain(None, None, cands("c", "a")) == "a (matches the oracle run with that mistake)"
+    assert diagnoses.explain(None, None, cands("c"), "none") == "none"
+    assert diagnoses.explain(None, None, cands("a", "b")).startswith("a (")
+    assert diagnoses.explain(None, None, cands("b", "a")).startswith("b (")
+    assert diagnoses.explain(None, None, cands("a", "e", "d")).startswith("e (")
+
+
+def test_bases_from_freqs_search_steps_over_bases_that_are_no_base():
+    """Observed base 1.5 under a linear scaling: the search window (a factor 8 either side) reaches bases
+    <= 1, which the config refuses; those trials count as misfits, not errors."""
+    cfg = rope_ref.RopeConfig(16, layout="half", scaling=rope_ref.Linear(4.0))
+    found = diagnoses.bases_from_freqs(_hf_inv_freq(1.5) / 4.0, cfg, None)
+    assert found == pytest.approx([1.5, 1.5], rel=1e-6)
+
+
+def test_observed_freqs_start_from_the_smallest_gap_wherever_it_is():
+    """Gaps 2, 1, 57: the first estimate comes from the gap of 1 (pair 0 turns 2 rad per position, so a
+    gap of 2 or the whole span of 60 would alias it); then the spans 2 and 60 refine it."""
+    omega = np.array([2.0, 0.9, 0.01])
+    P = np.array([0.0, 2.0, 3.0, 60.0])
+    est, span, gap = diagnoses._observed_freqs(P, np.exp(1j * omega * P[:, None]))
+    assert (span, gap) == (60.0, 1.0)
+    np.testing.assert_allclose(est, omega, rtol=1e-12)
+
+
+def test_estimate_shift_resolves_the_wrap_from_a_weak_slow_pair():
+    """A shift of 23 wraps pair 0 (1 rad per position) more than three turns; the slow pair 1, though its
+    phasor is a millionth of pair 0's, still carries the turn count."""
+    omega = np.array([1.0, 0.01])
+    P = np.array([0.0, 3.0])
+    W = np.exp(1j * omega * (P[:, None] + 23.0)) * np.array([1.0, 1e-6])
+    assert diagnoses._estimate_shift(P, W, omega) == pytest.approx(23.0, abs=1e-9)
+
+
+@pytest.mark.parametrize(("shift", "offered"), [(2.2, True), (2.3, False), (2.45, False), (-1.8, True)])
+def test_a_shift_is_offered_only_within_a_quarter_position_of_a_whole_one(shift, offered):
+    """The shift estimate must lie within 0.25 of a whole number: 2.2 reads as +2, 2.3 and 2.45 as no
+    shift, -1.8 as -2."""
+    cfg = rope_ref.RopeConfig(16, layout="half")
+    x = np.random.default_rng(11).standard_normal((12, 16))
+    pos = np.arange(12.0) * 3 + 5
+    build = rope_ref.testing._builder(x, "apply", {}, None)
+    got = rope_ref.apply(x, pos + shift, cfg)
+    labels = [lab for lab, _ in diagnoses.common_bug_candidates(x, got, pos, cfg, None, build, 1.0, None)]
+    shifted = [lab for lab in labels if lab.startswith("positions shifted")]
+    k = round(shift)
+    want = f"positions shifted by {k:+d} (the angle of position p{k:+d} used at position p)"
+    assert shifted == ([want] if offered else [])
