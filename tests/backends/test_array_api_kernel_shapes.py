@@ -726,6 +726,8 @@ X_SBHD = (5, 2, 3, 8)
 @pytest.mark.parametrize(
     "ids, axes, x_shape, placed",
     [
+        (7, "bshd", X_BSHD, [[[7]]]),  # a scalar: one axis of 1 per leading axis of x
+        (7, "thd", (5, 3, 8), [[7]]),
         ([7], "bshd", X_BSHD, [[[7]]]),  # (1,) per-token ids: one id for every token
         ([7], "thd", (5, 3, 8), [[7]]),
         ([[4], [9]], "bshd", X_BSHD, [[[4]], [[9]]]),  # HF (B, 1): one id per batch row

@@ -99,10 +99,12 @@ def test_two_cases_with_one_id_are_refused():
         _build(_case(), _case())
 
 
-@pytest.mark.parametrize("name", ["a-b", "../x", "", "1st"])
+# "é", "θ" and "xé" are Python identifiers (str.isidentifier) but not ASCII: the schema allows ASCII only.
+@pytest.mark.parametrize("name", ["a-b", "../x", "", "1st", "\u00e9", "\u03b8", "x\u00e9", "x\n"])
 def test_a_tensor_name_that_is_not_an_identifier_is_refused(name):
     case = _case(expected={name: np.ones(3)})
-    with pytest.raises(ValueError, match=f"case 'cos_sin-hand': tensor name {name!r} is not allowed"):
+    message = f"case 'cos_sin-hand': tensor name {name!r} is not allowed"
+    with pytest.raises(ValueError, match=re.escape(message)):
         _build(case)
 
 
@@ -244,6 +246,12 @@ def test_build_set_validates_the_manifest_it_builds(field, value, pointer):
 
     with pytest.raises(GoldenError, match=f"the new manifest: schema violation at {pointer}"):
         _build(_case(**{field: value}))
+
+
+def test_requires_is_recorded_for_a_case_without_aux_tensors():
+    files, manifest = _build(_case(), _case("cos_sin-plain", aux={}, requires=["cos_sin-hand"]))
+    entry = manifest["cases"][1]
+    assert "aux" not in entry and entry["requires"] == ["cos_sin-hand"]
 
 
 def test_an_entry_takes_each_field_from_its_own_attribute():

@@ -113,6 +113,38 @@ def test_signals_are_held_during_the_block_and_delivered_after(monkeypatch):
         signal.signal(signal.SIGTERM, previous)
 
 
+@pytest.fixture
+def recorded_signals():
+    """SIGINT and SIGTERM recorded (in arrival order) instead of acted on, for the test's duration."""
+    got: list[int] = []
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in sigs}
+    yield got
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+
+
+def test_each_held_signal_is_delivered_as_itself_in_arrival_order(recorded_signals):
+    with signals_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert recorded_signals == []
+    assert recorded_signals == [signal.SIGINT, signal.SIGTERM]
+
+
+def test_handlers_are_restored_and_held_signals_delivered_when_the_block_raises(recorded_signals):
+    mine = signal.getsignal(signal.SIGINT)
+    with pytest.raises(RuntimeError, match="inside"):
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            raise RuntimeError("inside")
+    assert signal.getsignal(signal.SIGINT) is mine
+    assert recorded_signals == [signal.SIGINT]
+    os.kill(os.getpid(), signal.SIGTERM)  # the handler in place again acts at once
+    assert recorded_signals == [signal.SIGINT, signal.SIGTERM]
+
+
 def test_a_symlinked_target_is_refused_as_a_symlink(tmp_path):
     from rope_ref.conformance.golden_target import GoldenWriteError, prepare_target
 

@@ -225,6 +225,17 @@ def test_the_refusal_of_a_foreign_directory_names_a_foreign_file_not_one_of_ours
     assert sorted(os.listdir(out)) == [JOURNAL, "cos_sin-a.safetensors", "notes.txt"]
 
 
+def test_a_first_run_killed_while_staging_leaves_a_directory_the_rerun_takes_without_force(tmp_path):
+    """Killed before anything moved in: --out holds only our staging directory, which is removed before
+    the directory is judged, so it is not foreign and the re-run needs no --force."""
+    out = tmp_path / "g"
+    staging = out / ".rope-ref-staging-killed"
+    staging.mkdir(parents=True)
+    (staging / "cos_sin-a.safetensors").write_bytes(b"partial")
+    _write(out, "cos_sin-a")
+    assert sorted(n for n in os.listdir(out) if n != golden.LOCK_NAME) == ["cos_sin-a.safetensors", MANIFEST]
+
+
 def test_a_killed_runs_staging_directory_is_removed_before_writing(tmp_path):
     out = _write(tmp_path / "g", "cos_sin-a")
     staging = out / ".rope-ref-staging-killed"

@@ -35,6 +35,10 @@ class WithDevice(OracleBackend):
         self.device = device
 
 NOT_CALLABLE = 42
+
+class NotABackend:  # a class, but no rope_ref Backend: what it makes is checked like a factory's result
+    def __init__(self, precision=None):
+        self.precision = precision
 """
 
 
@@ -447,6 +451,7 @@ def test_an_entry_point_whose_name_has_a_colon_wins_over_module_attr(monkeypatch
             "backend '{spec}' takes no precision option, got precision='fp32'",
         ),
         ("bad_factory", None, TypeError, "factory '{spec}' returned str, not a rope_ref Backend"),
+        ("NotABackend", None, TypeError, "factory '{spec}' returned NotABackend, not a rope_ref Backend"),
         ("NOT_CALLABLE", None, TypeError, "'{spec}' is a int, not a Backend class, instance or factory"),
     ],
 )

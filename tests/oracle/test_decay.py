@@ -330,6 +330,16 @@ def test_score_curve_all_ones_is_two_sum_cos():
     assert score_curve(0, CFG) == pytest.approx(128.0)
 
 
+def test_score_curve_default_ones_span_the_head_with_partial_rotary():
+    """head_dim 12, rotary_dim 8: the default q = k = ones(12) give 2 sum_i cos(r theta_i) over the 4 pairs
+    plus 12 - 8 = 4 from the channels that are not rotated."""
+    cfg = RopeConfig(12, layout="half", rotary_dim=8)
+    r = np.array([0.0, 3.0, -17.25])
+    theta = [10000.0 ** (-2 * i / 8) for i in range(4)]
+    want = [2 * sum(math.cos(x * t) for t in theta) + 4.0 for x in r]
+    np.testing.assert_allclose(score_curve(r, cfg), want, rtol=1e-13, atol=1e-13)
+
+
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_score_curve_matches_rotated_dot_products(layout):
     # Partial rotary and an attention factor of 1.5: score = apply(q, m) . apply(k, n), averaged over rows.

@@ -414,6 +414,24 @@ def test_exact_line_tells_position_zero_from_a_pass_through_channel(row, channel
     assert kind in msg and "1 of 192 elements out of tolerance, all of them exact elements" in msg
 
 
+def test_exact_line_counts_exact_and_rotated_failures_together():
+    """One exact element (position 0) and two rotated ones fail: the line leads with the worst rotated
+    element and counts all three, one of them exact."""
+    cfg = rope_ref.RopeConfig(64, layout="half", rotary_dim=32)
+    x = np.random.default_rng(1).standard_normal((3, 64))
+    pos = np.array([0.0, 5.0, 9.0])
+    y = rope_ref.apply(x, pos, cfg)
+    y[0, 31] = np.nextafter(y[0, 31], 10.0)
+    y[1, 3] += 1e-3
+    y[2, 7] -= 2e-3
+    with pytest.raises(AssertionError) as info:
+        assert_rope_close(y, x, pos, cfg, precision="float64")
+    line = str(info.value).splitlines()[1]
+    assert line.startswith("  y[2, 7]: expected ")
+    assert "; 3 of 192 elements out of tolerance; 1 of them exact elements that must equal the input" in line
+    assert "e.g. y[0, 31]: " in line and line.endswith("(position 0 (rotation by angle 0))")
+
+
 @pytest.mark.parametrize(
     ("row", "channel", "kind"), [(0, 31, "position 0"), (2, 40, "pass-through channel 40")]
 )
