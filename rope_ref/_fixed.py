@@ -18,18 +18,27 @@ def fixed_sum(a: np.ndarray, axis: int = -1) -> np.ndarray:
     """Sum over ``axis`` by a pairwise tree: element ``i`` is added to element ``i + h`` (``h = ceil(n/2)``).
 
     Only elementwise ``np.add`` is used, whose roundings are the same everywhere. An empty axis sums
-    to 0.0.
+    to 0.0. The tree is walked along ``axis`` where it lies: summing the leading axis of a C-ordered
+    array adds whole contiguous rows (the fast layout, see :mod:`rope_ref.decay`).
     """
-    a = np.moveaxis(np.asarray(a, dtype=np.float64), axis, -1)
-    n = a.shape[-1]
+    a = np.asarray(a, dtype=np.float64)
+    axis = _axis_index(axis, a.ndim)
+    n = a.shape[axis]
     if n == 0:
-        return np.zeros(a.shape[:-1])
+        return np.zeros(a.shape[:axis] + a.shape[axis + 1 :])
+    lead = (slice(None),) * axis
     while n > 1:
         half = (n + 1) // 2
-        head = a[..., :half].copy()
-        head[..., : n - half] += a[..., half:n]
+        head = a[lead + (slice(0, half),)].copy()
+        head[lead + (slice(0, n - half),)] += a[lead + (slice(half, n),)]
         a, n = head, half
-    return a[..., 0]
+    return a[lead + (0,)]
+
+
+def _axis_index(axis: int, ndim: int) -> int:
+    """``axis`` as an index in ``range(ndim)``; an axis out of range raises NumPy's ``AxisError``."""
+    np.moveaxis(np.empty((0,) * ndim), axis, 0)  # the check and the error NumPy gives
+    return axis % ndim
 
 
 def fixed_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -367,15 +367,18 @@ def apply(
         shared = _TABLE_CACHE.get(pos, freqs, factor, cfg.layout)
     first = x[(slice(None),) * axis + (slice(0, step),)]
     scratch_full = np.empty(first.shape[:-1] + (rd,), dtype=np.float64)
-    caller_err = np.geterr()
+    caller_err = np.geterr() if cfg.layout == "interleaved" else None
+    zero_starts = None if shared is None else _blocks_with_zero(shared.zero, axis, step, x.shape[axis])
     for start in range(0, x.shape[axis], step):
         sl = (slice(None),) * axis + (slice(start, start + step),)
         if shared is None:
             tables = _Tables(pos[sl], freqs, factor, cfg.layout)
             parts, zero = tables.parts, tables.zero
+            if zero is not None and not zero.any():
+                zero = None
         else:  # slice the shared tables along the block axis unless they broadcast along it
             parts = tuple(t if t.shape[axis] == 1 else t[sl] for t in shared.parts)
-            zero = shared.zero
+            zero = shared.zero if start in zero_starts else None
             if zero is not None and zero.shape[axis] != 1:
                 zero = zero[sl]
         xb = x[sl]
@@ -385,10 +388,25 @@ def apply(
         else:
             with np.errstate(invalid="raise"):
                 _rotate_interleaved_block(out_view[sl], xb, *parts, rd, scratch, caller_err)
-        if zero is not None and zero.any():
+        if zero is not None:
             # Position 0 is the identity bit for bit, signed zeros included (x - 0*y can flip -0.0).
             np.copyto(out_view[sl][..., :rd], xb[..., :rd], where=zero)
     return out
+
+
+def _blocks_with_zero(zero: np.ndarray | None, axis: int, step: int, length: int) -> set[int]:
+    """Starts of the blocks of :func:`apply` (``step`` rows along ``axis``) whose positions include 0.
+
+    ``zero`` is the tables' position-0 mask (None: the identity needs no fix-up), broadcast along ``axis``
+    when its length there is 1. One reduction per call instead of one per block.
+    """
+    if zero is None:
+        return set()
+    others = tuple(i for i in range(zero.ndim) if i != axis)
+    rows = np.flatnonzero(zero.any(axis=others))
+    if zero.shape[axis] == 1:
+        return set(range(0, length, step)) if rows.size else set()
+    return {int(row) // step * step for row in rows}
 
 
 def apply_complex(

@@ -20,7 +20,8 @@ MAX_POSITIONS = 1_000_000
 def parse_positions(spec: str) -> np.ndarray:
     """Parse ``"0,1,2"``, ``"0:8"`` (range, end excluded), ``"0:100:10"`` or mixes like ``"0:4,255,256"``.
 
-    Values may be negative or fractional (``"0.5,1.5"``). Raises ``ValueError`` naming the bad token.
+    Values may be negative or fractional (``"0.5,1.5"``). Raises ``ValueError`` naming the bad token,
+    or the spec when it expands to no values or to more than :data:`MAX_POSITIONS` in all.
     """
     values: list[float] = []
     if not isinstance(spec, str) or not spec.strip():
@@ -38,6 +39,8 @@ def parse_positions(spec: str) -> np.ndarray:
                     raise OverflowError
                 values.extend(np.arange(*parts).tolist())
             else:
+                if len(values) + 1 > MAX_POSITIONS:
+                    raise OverflowError
                 values.append(float(token))
         except OverflowError:
             raise ValueError(f"positions: {spec!r} expands to more than {MAX_POSITIONS} values") from None
@@ -45,6 +48,8 @@ def parse_positions(spec: str) -> np.ndarray:
             raise ValueError(
                 f"positions: cannot parse {token!r} (use '0,1,2', 'a:b' or 'a:b:step')"
             ) from None
+    if not values:
+        raise ValueError(f"positions: {spec!r} expands to no values (an empty range such as '5:0')")
     arr = np.asarray(values, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"positions must be finite, got {spec!r}")

@@ -25,7 +25,7 @@ def test_limits_are_the_documented_ones():
         ("2:5", [2, 3, 4]),  # a start other than 0, a default step of 1
         ("1:9:3", [1, 4, 7]),
         ("5:0:-2", [5, 3, 1]),  # a negative step counts down, end excluded
-        ("5:0", []),  # an empty range adds nothing
+        ("5:0,3", [3]),  # an empty range adds nothing
         (" 4 , 1:3 ,-2", [4, 1, 2, -2]),  # spaces around tokens, order kept, no sorting
         ("0.5:3", [0.5, 1.5, 2.5]),
         ("0:1:0.25", [0.0, 0.25, 0.5, 0.75]),
@@ -66,6 +66,7 @@ def test_parse_positions_refuses_non_finite_values(spec):
     [
         f"0:{MAX_POSITIONS}.5",  # ceil: 1000001 values, not floor's 1000000
         f"7,0:{MAX_POSITIONS}",  # values already taken count against the limit
+        f"0:{MAX_POSITIONS},5",  # and a single value after a full range
         f"{MAX_POSITIONS + 1}:0:-1",  # a negative step is counted too
         f"0:{MAX_POSITIONS // 2 + 1}:0.5",  # and a fractional one
         "0:inf",
@@ -79,6 +80,14 @@ def test_parse_positions_limit_counts_every_value(spec):
 def test_parse_positions_limit_is_inclusive_across_tokens():
     got = parse_positions(f"7,1:{MAX_POSITIONS}")  # 1 + (MAX - 1) values: exactly the limit
     assert got.size == MAX_POSITIONS and got[0] == 7 and got[1] == 1 and got[-1] == MAX_POSITIONS - 1
+    got = parse_positions(f"1:{MAX_POSITIONS},7")  # the single value last
+    assert got.size == MAX_POSITIONS and got[0] == 1 and got[-2] == MAX_POSITIONS - 1 and got[-1] == 7
+
+
+@pytest.mark.parametrize("spec", ["5:0", "0:0", "3:9:-1", " 5:0 , 2:2 "])
+def test_parse_positions_refuses_a_spec_that_expands_to_no_values(spec):
+    with pytest.raises(ValueError, match=rf"positions: '{spec}' expands to no values"):
+        parse_positions(spec)
 
 
 def test_parse_positions_keeps_fractional_values_and_integer_values_exact():

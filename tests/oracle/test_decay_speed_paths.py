@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rope_ref import DynamicNTK, RopeConfig, YaRN, decay
+from rope_ref import DynamicNTK, RopeConfig, YaRN, decay, inv_freq
+from rope_ref._exact_trig import cos_sin_of_product
 
 CONFIGS = [
     RopeConfig(128, layout="half"),
@@ -91,3 +92,33 @@ def test_scalar_distance_and_broadcast_leads_keep_their_shapes():
     assert one.exact.tobytes() == many.exact.tobytes() and one.bound.tobytes() == many.bound.tobytes()
     grid = decay.abel_bound(np.ones((4, 1, 16)), k, np.arange(24.0).reshape(4, 6), cfg)
     assert grid.exact.shape == grid.bound.shape == (4, 6)
+
+
+def _tree_sum(values: list[float]) -> float:
+    """rope_ref._fixed's documented pairwise tree, written out: element i + h added to element i."""
+    while len(values) > 1:
+        h = (len(values) + 1) // 2
+        values = [values[i] + values[i + h] if i + h < len(values) else values[i] for i in range(h)]
+    return values[0]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[:2], ids=lambda c: f"{c.layout}-{c.head_dim}")
+def test_partial_sums_run_in_pair_order_bit_for_bit(cfg):
+    """RoFormer 3.4.3: S_j = sum_{i<j} e^{i r theta_i}, added left to right (S_j = S_{j-1} + e_j), then the
+    mean of |S_j| over j by the pairwise tree. Written as Python loops over the oracle's exact cos/sin."""
+    r = np.array([0.0, 1.0, 7.0, 1000.0, -33.5, 65535.0])
+    theta = inv_freq(cfg)
+    cos, sin = cos_sin_of_product(r[:, None], theta)
+    want = []
+    for row in range(r.size):
+        re = im = 0.0
+        norms = []
+        for j in range(theta.size):
+            re, im = re + float(cos[row, j]), im + float(sin[row, j])
+            norms.append(float(np.sqrt(re * re + im * im)))
+        want.append(_tree_sum(norms) / theta.size)
+    got = decay.relative_upper_bound(r, cfg)
+    assert got.tobytes() == np.array(want).tobytes()
+    bound = decay.abel_bound(np.ones(cfg.head_dim), np.ones(cfg.head_dim), r, cfg).bound
+    ones = np.ones(cfg.head_dim)
+    assert bound.tobytes() == (_max_step(ones, ones, cfg) * (theta.size * got)).tobytes()

@@ -33,6 +33,24 @@ def test_sum_runs_over_the_given_axis_and_leaves_the_input_alone():
     assert empty.shape == (4,) and not empty.any()
 
 
+@pytest.mark.parametrize("axis", [1, -2])
+def test_sum_over_a_middle_axis_follows_the_tree_in_every_lane(axis):
+    # Lane (i, j) holds [1e16, 1, -1e16] scaled by (i + 1) and shifted by j along axis 1: the tree gives
+    # (1e16 + -1e16) + 1 = 1 per unit of scale, left to right would give 0.
+    base = np.array([1e16, 1.0, -1e16])
+    a = np.stack([np.stack([base * (i + 1) + 0.0 * j for j in range(4)], axis=-1) for i in range(2)])
+    assert a.shape == (2, 3, 4)
+    np.testing.assert_array_equal(fixed_sum(a, axis=axis), [[1.0] * 4, [2.0] * 4])
+    empty = fixed_sum(np.zeros((2, 0, 5)), axis=axis)
+    assert empty.shape == (2, 5) and not empty.any()
+
+
+@pytest.mark.parametrize("axis", [2, -3])
+def test_an_axis_out_of_range_raises_numpys_axis_error(axis):  # AxisError is an IndexError
+    with pytest.raises(IndexError, match=f"axis {axis} is out of bounds for array of dimension 2"):
+        fixed_sum(np.ones((3, 4)), axis=axis)
+
+
 @pytest.mark.parametrize("x", [-745.0, -700.5, -30.25, -1.0, -1e-8, 0.0, 0.3465, 1.0, 10.0, 345.6, 709.7])
 def test_exp_basic_is_within_a_few_ulp_of_mpmath(x):
     with mpmath.workdps(40):

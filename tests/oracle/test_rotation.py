@@ -116,6 +116,23 @@ def test_position_zero_is_the_identity_in_every_block_when_positions_broadcast(l
     assert np.array_equal(y[1], x) and np.array_equal(np.signbit(y[1]), np.signbit(x))
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_position_zero_is_the_identity_in_whichever_block_holds_it(layout):
+    """Full-length positions along the blocked axis (1024 rows a block here) with 0 only at rows 7000 and
+    19999: those rows come back bit for bit, -0.0 whose partner is negative included (there the formula
+    gives -0.0 + 0.0 = +0.0); every other row is rotated as a call for that row alone rotates it."""
+    cfg = RopeConfig(8, layout=layout)
+    x = np.random.default_rng(37).standard_normal((1, 20000, 8, 8))
+    x[..., 0], x[..., 1], x[..., 4] = -0.0, -2.0, -1.0  # channel 0's partner: 4 (half) or 1 (interleaved)
+    pos = np.arange(1.0, 20001.0)
+    pos[[7000, 19999]] = 0.0
+    y = rope_ref.apply(x, pos[:, None], cfg)
+    for row in (7000, 19999):
+        assert y[0, row].tobytes() == x[0, row].tobytes()  # bytes: signed zeros count
+    for row in (0, 6999, 7001, 19998):
+        assert y[0, row].tobytes() == rope_ref.apply(x[0, row], pos[row], cfg).tobytes()
+
+
 def test_interleaved_rotation_with_an_infinite_input_uses_the_plain_formula():
     """An infinity makes the complex kernel raise (0 * inf); the block is recomputed pair by pair with
     y_a = x_a c - x_b s, y_b = x_b c + x_a s. The finite pairs must still be rotated exactly so."""
