@@ -33,7 +33,7 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
     if isinstance(obj, np.generic):
-        return obj.item()
+        return _jsonable(obj.item())  # a NumPy NaN or inf is refused like a Python one
     if isinstance(obj, float) and not math.isfinite(obj):
         raise ValueError(f"non-finite number {obj} cannot go into a golden manifest")
     return obj

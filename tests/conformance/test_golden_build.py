@@ -298,3 +298,43 @@ def test_an_entry_takes_each_field_from_its_own_attribute():
     assert sha == hashlib.sha256(files["apply-own.npz"]).hexdigest() != manifest["cases"][0]["sha256"]
     assert manifest["suite_version"] == SUITE_VERSION and manifest["schema_version"] == 1
     assert manifest["bug_classes"].keys() == {"tables", "layout"}
+
+
+@pytest.mark.parametrize("value", [np.float64("nan"), np.float32("inf"), np.float16("-inf")])
+def test_a_numpy_non_finite_scalar_is_refused_like_a_python_one(value):
+    from rope_ref.conformance.golden_build import _jsonable
+
+    with pytest.raises(ValueError, match="non-finite number .* cannot go into a golden manifest"):
+        _jsonable({"scale": [value]})
+    with pytest.raises(ValueError, match="non-finite number"):
+        _build(_case(params={"seq_len": None, "scale": value}))
+
+
+def test_tensors_given_as_python_lists_are_stored_as_arrays():
+    """A tensor given as a list is converted once, for the file and the entry alike (int64, float64)."""
+    from rope_ref.conformance.safetensors_io import read_npz
+
+    case = _case(inputs={"positions": [4, 1]}, expected={"cos": [[0.5, 2.0]], "sin": [[1.0, 0.0]]}, aux={})
+    files, manifest = _build(case, fmt="npz")
+    entry = manifest["cases"][0]
+    assert entry["inputs"] == {"positions": {"dtype": "int64", "shape": [2]}}
+    assert entry["expected"]["cos"] == {"dtype": "float64", "shape": [1, 2]}
+    got = read_npz("cos_sin-hand.npz", files["cos_sin-hand.npz"])
+    assert got["inputs.positions"].dtype == np.int64 and got["inputs.positions"].tolist() == [4, 1]
+    assert got["expected.cos"].tolist() == [[0.5, 2.0]]
+
+
+@pytest.mark.parametrize("role", ["inputs", "aux"])
+def test_a_bad_tensor_name_or_dtype_is_refused_in_every_role(role):
+    with pytest.raises(ValueError, match=re.escape("tensor name 'a-b' is not allowed")):
+        _build(_case(**{role: {"a-b": np.ones(2)}}))
+    message = f"case 'cos_sin-hand' {role}.t: dtype bool cannot be stored"
+    with pytest.raises(TypeError, match=re.escape(message)):
+        _build(_case(**{role: {"t": np.ones(2, dtype=bool)}}))
+
+
+def test_an_empty_requires_list_writes_no_field_and_a_tuple_becomes_a_list():
+    _, manifest = _build(_case(requires=[]), _case("cos_sin-b", requires=("cos_sin-hand",)))
+    assert "requires" not in manifest["cases"][0]
+    assert manifest["cases"][1]["requires"] == ["cos_sin-hand"]
+    assert type(manifest["cases"][1]["requires"]) is list

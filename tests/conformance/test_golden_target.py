@@ -213,14 +213,25 @@ def test_the_journal_alone_makes_files_ours_when_the_manifest_is_not_valid(tmp_p
     assert manifest is None and owned == sha
 
 
+def _raise_timeout(signum, frame):
+    raise TimeoutError("the second lock blocked instead of being refused")
+
+
 def test_a_second_lock_is_refused_and_the_lock_file_is_removed_after(tmp_path):
     from rope_ref.conformance.golden_target import GoldenWriteError, exclusive_lock
 
     with exclusive_lock(tmp_path):
         assert (tmp_path / LOCK_NAME).is_file()
-        with pytest.raises(GoldenWriteError, match=f"{tmp_path}: another 'rope-ref golden generate' is"):
-            with exclusive_lock(tmp_path):
-                pass
+        # A blocking lock would wait for ever: an alarm turns that into a failure within 2 s.
+        previous = signal.signal(signal.SIGALRM, _raise_timeout)
+        signal.alarm(2)
+        try:
+            with pytest.raises(GoldenWriteError, match=f"{tmp_path}: another 'rope-ref golden generate' is"):
+                with exclusive_lock(tmp_path):
+                    pass
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
         assert (tmp_path / LOCK_NAME).is_file()
     assert not (tmp_path / LOCK_NAME).exists()
     (tmp_path / LOCK_NAME).symlink_to(tmp_path / "elsewhere")
@@ -372,3 +383,136 @@ def test_fsync_dir_syncs_the_directory_itself_and_ignores_a_missing_one(tmp_path
     fds = set(os.listdir("/proc/self/fd"))
     fsync_dir(tmp_path)
     assert set(os.listdir("/proc/self/fd")) == fds  # the directory's descriptor is closed again
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_file_that_cannot_be_opened_reads_as_nothing(tmp_path, monkeypatch):
+    from rope_ref.conformance.golden_target import _read_regular, _sha_of
+
+    (tmp_path / "f").write_bytes(b"x")
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "denied")
+
+    monkeypatch.setattr(os, "open", refused)
+    assert _read_regular(tmp_path / "f", 9) is None and _sha_of(tmp_path / "f") is None
+
+
+def test_a_symlink_put_in_after_the_lstat_is_never_followed(tmp_path, monkeypatch):
+    """The open itself refuses a symlink (O_NOFOLLOW), and ``_sha_of`` checks the opened descriptor:
+    the lstat before is only a first filter (a path swapped between the two is caught)."""
+    from rope_ref.conformance.golden_target import _read_regular, _sha_of
+
+    (tmp_path / "f").write_bytes(b"secret")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    os.mkfifo(tmp_path / "fifo")
+    regular = os.lstat(tmp_path / "f")
+    monkeypatch.setattr(os, "lstat", lambda path: regular)  # every path looks like the regular file
+    assert _read_regular(tmp_path / "link", 9) is None and _sha_of(tmp_path / "link") is None
+    assert _sha_of(tmp_path / "fifo") is None  # opened, but fstat shows a FIFO
+
+
+def test_the_read_back_limit_applies_to_the_journal_and_the_manifest(tmp_path, monkeypatch):
+    from rope_ref.conformance import golden_target
+
+    root = write_golden([_case("cos_sin-a")], tmp_path / "g", generator="t", source="custom")
+    journal = golden_target.journal_bytes({"cos_sin-a.safetensors": SHA})
+    (root / JOURNAL_NAME).write_bytes(journal)
+    size = (root / "manifest.json").stat().st_size
+    monkeypatch.setattr(golden_target, "_MAX_READ", max(size, len(journal)))
+    assert read_journal(root) == {"cos_sin-a.safetensors": SHA}
+    assert owned_files(root, {})[0] is not None
+    monkeypatch.setattr(golden_target, "_MAX_READ", len(journal) - 1)
+    assert read_journal(root) == {}
+    monkeypatch.setattr(golden_target, "_MAX_READ", size - 1)
+    manifest, owned = owned_files(root, {})
+    assert manifest is None and owned == {}
+
+
+def test_a_manifest_file_outside_the_golden_names_is_never_claimed(tmp_path, monkeypatch):
+    """Even were the validation to let ``../x.npz`` through, owned_files never claims a path outside."""
+    from rope_ref.conformance import golden_target
+
+    root = write_golden([_case("cos_sin-a")], tmp_path / "g", generator="t", source="custom")
+    (tmp_path / "x.npz").write_bytes(b"not ours")
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["cases"][0]["file"] = "../x.npz"
+    manifest["cases"][0]["sha256"] = hashlib.sha256(b"not ours").hexdigest()
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(golden_target, "validate_manifest", lambda manifest, where: None)
+    got, owned = owned_files(root, {})
+    assert got is not None and set(owned) == {"manifest.json"}
+
+
+def test_the_lock_file_is_private_to_writers_and_its_descriptors_are_closed(tmp_path):
+    from rope_ref.conformance.golden_target import GoldenWriteError, exclusive_lock
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    fds = _open_fds()
+    with exclusive_lock(tmp_path):
+        assert (tmp_path / LOCK_NAME).stat().st_mode & 0o777 == 0o644 & ~umask
+        with pytest.raises(GoldenWriteError):
+            with exclusive_lock(tmp_path):
+                pass
+        assert len(_open_fds() - fds) == 1  # the refused run closed its descriptor
+    assert _open_fds() == fds
+
+
+def test_the_lock_is_released_and_removed_when_the_block_raises(tmp_path, monkeypatch):
+    """The file is unlinked while still locked, then closed: never closed first (another run could take
+    the lock on the file we are about to remove)."""
+    from rope_ref.conformance.golden_target import exclusive_lock
+
+    path, real_close, seen = tmp_path / LOCK_NAME, os.close, []
+    fds = _open_fds()
+    with pytest.raises(RuntimeError, match="inside"):
+        with exclusive_lock(tmp_path):
+            monkeypatch.setattr(os, "close", lambda fd: seen.append(path.exists()) or real_close(fd))
+            raise RuntimeError("inside")
+    monkeypatch.setattr(os, "close", real_close)
+    assert seen == [False] and not path.exists() and _open_fds() == fds
+    with exclusive_lock(tmp_path):  # free again
+        assert path.is_file()
+
+
+def test_the_lock_retry_closes_the_descriptor_of_the_stale_file(tmp_path, monkeypatch):
+    import fcntl
+
+    from rope_ref.conformance.golden_target import exclusive_lock
+
+    path, real_flock, calls = tmp_path / LOCK_NAME, fcntl.flock, []
+
+    def flock_after_the_holder_left(fd, op):
+        calls.append(op)
+        if len(calls) == 1:
+            os.unlink(path)
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_the_holder_left)
+    fds = _open_fds()
+    with exclusive_lock(tmp_path):
+        assert len(_open_fds() - fds) == 1
+        assert calls == [fcntl.LOCK_EX | fcntl.LOCK_NB] * 2
+    assert _open_fds() == fds
+
+
+def test_fsync_dir_syncs_only_a_directory_and_closes_it_when_the_sync_fails(tmp_path, monkeypatch):
+    from rope_ref.conformance.golden_target import fsync_dir
+
+    (tmp_path / "f").write_text("x")
+    synced = []
+
+    def failing_fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        raise OSError(5, "I/O error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    fds = _open_fds()
+    fsync_dir(tmp_path / "f")  # not a directory: not opened
+    assert synced == []
+    fsync_dir(tmp_path)  # the failure is suppressed, and the descriptor closed
+    assert synced == [str(tmp_path)] and _open_fds() == fds
