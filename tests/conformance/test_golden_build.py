@@ -338,3 +338,8 @@ def test_an_empty_requires_list_writes_no_field_and_a_tuple_becomes_a_list():
     assert "requires" not in manifest["cases"][0]
     assert manifest["cases"][1]["requires"] == ["cos_sin-hand"]
     assert type(manifest["cases"][1]["requires"]) is list
+
+
+def test_an_unknown_format_is_refused_naming_it_not_given_a_default_suffix():
+    with pytest.raises(KeyError, match="'parquet'"):
+        _build(_case(), fmt="parquet")

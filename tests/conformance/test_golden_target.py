@@ -125,12 +125,12 @@ def recorded_signals():
 
 
 def test_each_held_signal_is_delivered_as_itself_in_arrival_order(recorded_signals):
-    with signals_deferred():
-        os.kill(os.getpid(), signal.SIGINT)
+    with signals_deferred():  # SIGTERM (15) first: arrival order is not signal-number order
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
         assert recorded_signals == []
-    assert recorded_signals == [signal.SIGINT, signal.SIGTERM]
+    assert recorded_signals == [signal.SIGTERM, signal.SIGINT]
 
 
 def test_handlers_are_restored_and_held_signals_delivered_when_the_block_raises(recorded_signals):
@@ -516,3 +516,14 @@ def test_fsync_dir_syncs_only_a_directory_and_closes_it_when_the_sync_fails(tmp_
     assert synced == []
     fsync_dir(tmp_path)  # the failure is suppressed, and the descriptor closed
     assert synced == [str(tmp_path)] and _open_fds() == fds
+
+
+def test_a_lock_file_removed_by_someone_else_while_held_is_no_error(tmp_path):
+    """The unlink at the end tolerates a lock file already gone, and the descriptor is still closed."""
+    from rope_ref.conformance.golden_target import exclusive_lock
+
+    fds = set(os.listdir("/proc/self/fd"))
+    with exclusive_lock(tmp_path):
+        os.unlink(tmp_path / LOCK_NAME)
+    assert not (tmp_path / LOCK_NAME).exists()
+    assert set(os.listdir("/proc/self/fd")) == fds
