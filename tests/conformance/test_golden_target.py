@@ -65,7 +65,9 @@ def test_owned_files_are_the_listed_ones_with_their_exact_sha256(tmp_path):
     assert owned["manifest.json"] == manifest_sha
 
 
-def test_a_file_is_ours_by_the_journal_or_the_manifest_when_both_list_it(tmp_path):
+# The journal's wrong claim sorts before and after any real sha256: the file's own sha256 is recorded.
+@pytest.mark.parametrize("wrong", ["0" * 64, "f" * 64])
+def test_a_file_is_ours_by_the_journal_or_the_manifest_when_both_list_it(tmp_path, wrong):
     """A swap killed after moving a case file in but before the manifest: the file's new bytes match the
     journal's sha256, not the old manifest's, and it is still ours (an untouched one is, by the manifest)."""
     root = write_golden(
@@ -75,7 +77,7 @@ def test_a_file_is_ours_by_the_journal_or_the_manifest_when_both_list_it(tmp_pat
     moved_in = b"the new run's bytes of case a"
     (root / "cos_sin-a.safetensors").write_bytes(moved_in)
     new_a = hashlib.sha256(moved_in).hexdigest()
-    journal = {"cos_sin-a.safetensors": new_a, "cos_sin-b.safetensors": SHA}
+    journal = {"cos_sin-a.safetensors": new_a, "cos_sin-b.safetensors": wrong}
     manifest, owned = owned_files(root, journal)
     assert manifest is not None
     assert owned["cos_sin-a.safetensors"] == new_a  # by the journal
