@@ -164,6 +164,73 @@ class _Scratch:
         return self._tiny[: int(np.prod(shape, dtype=np.int64))].reshape(shape)
 
 
+class _WholePositions:
+    """Step 1 of :func:`_block` when every position splits exactly (Veltkamp's low half ``ml`` is +0,
+    e.g. integers below 2**26) and theta is finite: the same bits with fewer and faster operations.
+
+    - ``TwoProductError(p, m, 0, bh, bl) = (((m bh - p) + m bl) + 0 bh) + 0 bl``, and ``(m bh - p) + m bl``
+      is never -0 (``m bh - p`` is +0 or nonzero, ``p`` being the rounded product of the same signs), so
+      the two zero products change nothing and are skipped (``mh`` is ``m`` bit for bit).
+    - The outer products read dense copies of ``m`` and of the ``w`` parts: NumPy's broadcasting loops
+      over a short last axis cost two to three times a dense loop. Parts that broadcast along the block
+      axis are copied once per call, ``m`` once per block.
+    - The tiny-angle mask of step 5 is ``(m == 0) | (w1 == 0)`` when the smallest nonzero ``|m|`` times
+      the smallest nonzero ``|w1|`` rounds to ``_TINY`` or more (rounding is monotonic, so every other
+      nonzero product does too); otherwise it is computed from ``p`` as in the general path.
+    """
+
+    def __init__(self, m: np.ndarray, w_parts: tuple[np.ndarray, ...], axis: int, size: int) -> None:
+        # The w parts (w1, w1h, w1l, w2, w2h, w2l, w3) that are the same in every block.
+        self._same_in_every_block = [w.shape[axis] == 1 for w in w_parts]
+        w1 = w_parts[0]
+        self._m_flat = np.empty(size, dtype=np.float64)
+        self._dense: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+        m_nonzero, w_nonzero = np.abs(m[m != 0]), np.abs(w1[w1 != 0])
+        self._mask_from_zeros = (
+            m_nonzero.size == 0 or w_nonzero.size == 0 or float(m_nonzero.min() * w_nonzero.min()) >= _TINY
+        )
+
+    @staticmethod
+    def applies(ml: np.ndarray, theta: np.ndarray) -> bool:
+        """Whether every ``ml`` is zero (so ``m`` is finite) and every theta finite."""
+        return not ml.any() and bool(np.isfinite(theta).all())
+
+    def _w(self, index: int, w: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        if w.shape == shape or not self._same_in_every_block[index]:
+            return w
+        key = (index, shape)
+        dense = self._dense.get(key)
+        if dense is None:
+            dense = self._dense[key] = np.ascontiguousarray(np.broadcast_to(w, shape))
+        return dense
+
+    def products(self, m, w1, w1h, w1l, w2, w2h, w2l, w3, p, pe, q, qe, t, tiny_out):
+        """``p, pe, q, qe`` of step 1 written in place; returns ``(tiny mask or None, m, w3)``, dense."""
+        shape = p.shape
+        zero = None
+        if self._mask_from_zeros:
+            m_zero, w1_zero = m == 0, w1 == 0  # small arrays when they broadcast
+            zero = (m_zero, w1_zero) if m_zero.any() or w1_zero.any() else ()
+        if m.shape != shape:
+            dense_m = self._m_flat[: p.size].reshape(shape)
+            np.copyto(dense_m, m)
+            m = dense_m
+        w1, w1h, w1l, w2, w2h, w2l, w3 = (
+            self._w(i, w, shape) for i, w in enumerate((w1, w1h, w1l, w2, w2h, w2l, w3))
+        )
+        np.multiply(m, w1, out=p)
+        np.multiply(m, w1h, out=pe)  # pe = (m w1h - p) + m w1l
+        np.subtract(pe, p, out=pe)
+        np.add(pe, np.multiply(m, w1l, out=t), out=pe)
+        np.multiply(m, w2, out=q)
+        np.multiply(m, w2h, out=qe)  # qe = (m w2h - q) + m w2l
+        np.subtract(qe, q, out=qe)
+        np.add(qe, np.multiply(m, w2l, out=t), out=qe)
+        if zero is None:
+            return np.less(np.abs(p, out=t), _TINY, out=tiny_out), m, w3
+        return (np.logical_or(*zero, out=tiny_out) if zero else None), m, w3
+
+
 def _two_product_error_into(out, t, p, ah, al, bh, bl):
     """:func:`_two_product_error` written into ``out`` (``t`` is scratch), the same operations in order."""
     np.multiply(ah, bh, out=out)
@@ -220,22 +287,32 @@ def _recombine_into(out, op, values, other_split, row, t, cm, tail, free) -> Non
     np.add(s_b, x, out=out)
 
 
-def _block(m, mh, ml, theta, w1, w1h, w1l, w2, w2h, w2l, w3, out_cos, out_sin, scratch: _Scratch) -> None:
+def _block(
+    m, mh, ml, theta, w1, w1h, w1l, w2, w2h, w2l, w3, out_cos, out_sin, scratch: _Scratch,
+    whole: _WholePositions | None = None,
+) -> None:
     """cos and sin of ``m * (w1 + w2 + w3) * pi/2`` for one block (inputs broadcast to the outputs).
 
     The arithmetic is exactly that of the formulas in the comments, operation by operation, each one
-    written into a preallocated array of ``scratch``.
+    written into a preallocated array of ``scratch``. ``whole``: step 1 for positions that split exactly
+    (:class:`_WholePositions`; the same bits with fewer operations).
     """
     half_pi, sin_hi, sin_lo, cos_hi, cos_lo, sin_h, sin_l, cos_h, cos_l = _constants()
     (p, pe, q, qe, k, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10), row = scratch.views(out_cos.shape)
     # 1. u = m * w in quarter turns: exact products of the two leading parts, a rounded third.
     #    p = m w1, pe = TwoProductError(p), q = m w2, qe = TwoProductError(q), k = rint(p), f0 = p - k.
-    np.multiply(m, w1, out=p)
-    tiny = np.less(np.abs(p, out=a0), _TINY, out=scratch.tiny(out_cos.shape))  # see step 5
-    any_tiny = bool(tiny.any())
-    _two_product_error_into(pe, a0, p, mh, ml, w1h, w1l)
-    np.multiply(m, w2, out=q)
-    _two_product_error_into(qe, a0, q, mh, ml, w2h, w2l)
+    if whole is None:
+        np.multiply(m, w1, out=p)
+        tiny = np.less(np.abs(p, out=a0), _TINY, out=scratch.tiny(out_cos.shape))  # see step 5
+        _two_product_error_into(pe, a0, p, mh, ml, w1h, w1l)
+        np.multiply(m, w2, out=q)
+        _two_product_error_into(qe, a0, q, mh, ml, w2h, w2l)
+        m_dense, w3_dense = m, w3
+    else:
+        tiny, m_dense, w3_dense = whole.products(
+            m, w1, w1h, w1l, w2, w2h, w2l, w3, p, pe, q, qe, a0, scratch.tiny(out_cos.shape)
+        )
+    any_tiny = tiny is not None and bool(tiny.any())
     np.rint(p, out=k)
     f0 = np.subtract(p, k, out=a1)  # exact: k is the integer nearest p
     s1, e1 = a2, a3
@@ -245,7 +322,7 @@ def _block(m, mh, ml, theta, w1, w1h, w1l, w2, w2h, w2l, w3, out_cos, out_sin, s
     # lo = ((e1 + e2) + qe) + m * w3
     lo = np.add(e1, e2, out=a2)
     np.add(lo, qe, out=lo)
-    np.add(lo, np.multiply(m, w3, out=a0), out=lo)
+    np.add(lo, np.multiply(m_dense, w3_dense, out=a0), out=lo)
     # fh, fl = FastTwoSum(s2, lo): fh = s2 + lo, fl = lo - (fh - s2)
     fh, fl = a3, a4
     np.add(s2, lo, out=fh)
@@ -354,9 +431,12 @@ def cos_sin_of_product(m, theta) -> tuple[np.ndarray, np.ndarray]:
     # Block over the longest axis; inputs that broadcast along it are passed whole.
     axis = int(np.argmax(shape))
     step = max(1, _BLOCK * shape[axis] // cos.size)
-    scratch = _Scratch(min(step, shape[axis]) * (cos.size // shape[axis]))
+    size = min(step, shape[axis]) * (cos.size // shape[axis])
+    scratch = _Scratch(size)
+    w_parts = (w1, w1h, w1l, w2, w2h, w2l, w3)
+    whole = _WholePositions(m, w_parts, axis, size) if _WholePositions.applies(ml, theta) else None
     for start in range(0, shape[axis], step):
         sl = (slice(None),) * axis + (slice(start, start + step),)
         parts = [a if a.shape[axis] == 1 else a[sl] for a in inputs]
-        _block(*parts, cos[sl], sin[sl], scratch)
+        _block(*parts, cos[sl], sin[sl], scratch, whole)
     return cos, sin

@@ -14,13 +14,15 @@ from rope_ref import RopeConfig, decay
 
 @pytest.fixture
 def chunks(monkeypatch):
-    """Shapes of the ``cos_sin_of_product`` tables that rope_ref.decay builds, one entry per chunk."""
+    """Shapes of the ``cos_sin_of_product`` tables that rope_ref.decay builds, one entry per chunk, as
+    ``(distances..., pairs)``: tables built pair axis first (theta of shape ``(n, 1, ...)``) are recorded
+    with that axis moved last."""
     seen: list[tuple[int, ...]] = []
     real = decay.cos_sin_of_product
 
     def recording(m, theta):
         c, s = real(m, theta)
-        seen.append(c.shape)
+        seen.append(c.shape[1:] + c.shape[:1] if np.ndim(theta) > 1 else c.shape)
         return c, s
 
     monkeypatch.setattr(decay, "cos_sin_of_product", recording)

@@ -64,8 +64,9 @@ def test_each_chunk_computes_its_tables_once_when_q_and_k_add_no_axis(monkeypatc
     seen = []
     real = decay.cos_sin_of_product
 
-    def recording(m, theta):
-        seen.append(np.shape(m))
+    def recording(m, theta):  # the table's shape as (distances..., pairs), whichever axis comes first
+        shape = np.broadcast_shapes(np.shape(m), np.shape(theta))
+        seen.append(shape[1:] + shape[:1] if np.ndim(theta) > 1 else shape)
         return real(m, theta)
 
     monkeypatch.setattr(decay, "cos_sin_of_product", recording)

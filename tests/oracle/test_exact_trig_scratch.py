@@ -3,7 +3,9 @@
 ``rope_ref._exact_trig._block`` writes every intermediate into preallocated arrays (``out=``), which made
 it about twice as fast. ``_reference_block`` below is the kernel as it was written before, with NumPy
 temporaries: the two must agree bit for bit on every input, at every block size, including signed zeros,
-tiny and huge angles and the rows where the table look-up wraps.
+tiny and huge angles and the rows where the table look-up wraps. The families named ``whole-*`` take the
+shorter step 1 for positions whose Veltkamp low half is zero (``_WholePositions``), which the reference
+does not have.
 """
 
 from __future__ import annotations
@@ -105,7 +107,20 @@ CASES = {
     "vector-scalar": (np.arange(7.0), 0.5),
     "long-last-axis": (np.arange(3.0)[:, None, None], _RNG.uniform(0, 1, (1, 5000, 2))),
     "wide-first-axis": (_RNG.uniform(-1e4, 1e4, (1, 9000)), _RNG.uniform(0, 1, (3, 1))),
+    "whole-signed-zeros": (np.concatenate([[-0.0, 0.0], np.arange(-3000.0, 3000.0)])[:, None], _THETA),
+    "whole-up-to-2**26": (
+        np.concatenate([[2.0**26 - 1, -(2.0**26 - 1), 2.0**26, 3 * 2.0**30],
+                        _RNG.integers(-(2**26), 2**26, 500)]).astype(np.float64)[:, None],
+        _RNG.uniform(0, 2, 33),
+    ),
+    "whole-zero-theta": (np.arange(-40.0, 41.0)[:, None], np.array([0.0, -0.0, 0.5, -1.25, 3.0])),
+    "whole-tiny-products": (np.arange(-20.0, 2000.0, 7.0)[:, None], np.array([1e-300, 5e-324, 2e-152, 1e-3])),
+    "whole-theta-along-blocks": (np.arange(-2.0, 3.0)[:, None, None], _RNG.uniform(-1, 1, (1, 5000, 2))),
+    "whole-positions-along-blocks": (_RNG.integers(-(10**6), 10**6, (1, 9000)).astype(np.float64),
+                                     _RNG.uniform(0, 1, (3, 1))),
 }
+#: Families whose every position splits exactly: the shorter step 1 must run for them.
+WHOLE = [case for case in CASES if case.startswith("whole-")]
 
 
 @pytest.mark.parametrize("block", [1, 100, 4096, 1 << 14, 1 << 20])
@@ -118,6 +133,30 @@ def test_scratch_kernel_equals_the_formulas_with_temporaries(monkeypatch, case, 
     want = _reference(m, theta)
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.tobytes() == w.tobytes(), case
+
+
+@pytest.mark.parametrize("case", WHOLE)
+def test_shorter_step_equals_the_formulas_at_the_default_block(case):
+    """The quick run's check of the ``whole-*`` families (the sweep over block sizes above is slow)."""
+    m, theta = CASES[case]
+    for got, want in zip(et.cos_sin_of_product(m, theta), _reference(m, theta), strict=True):
+        assert got.shape == want.shape and got.tobytes() == want.tobytes(), case
+
+
+@pytest.mark.parametrize("case", [*WHOLE, "arange", "negative-fractional", "integers-3d"])
+def test_the_shorter_step_runs_exactly_for_positions_that_split_exactly(monkeypatch, case):
+    """The ``whole-*`` families (and ``arange``) take ``_WholePositions``; fractional positions and
+    integers of 27 bits or more (``integers-3d`` reaches 2**30) keep the general step 1."""
+    calls = []
+    real = et._WholePositions.products
+
+    def spy(self, *args):
+        calls.append(args[0].shape)
+        return real(self, *args)
+
+    monkeypatch.setattr(et._WholePositions, "products", spy)
+    et.cos_sin_of_product(*CASES[case])
+    assert bool(calls) == (case in (*WHOLE, "arange")), case
 
 
 def test_a_table_row_past_the_end_raises_as_indexing_did():
