@@ -1,4 +1,4 @@
-"""Argument checks of the torch adapter: configs, tensors, positions, dtypes and the autograd path.
+"""Argument checks of the torch adapter: configs, tensors, positions, dtypes, autograd path and kernel.
 
 Every public function of the adapter validates through these, so each message is written once.
 """
@@ -22,12 +22,17 @@ __all__ = [
     "check_angle_dtype",
     "resolve_compute_dtype",
     "check_autograd",
+    "KERNELS",
+    "check_kernel",
 ]
 
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 _ANGLE_DTYPES = (torch.float32, torch.float64)
 #: The autograd paths (``autograd=``): the memory-free Function or plain autograd of the reference.
 AUTOGRAD_PATHS = ("function", "native")
+#: The rotation kernels (``kernel=``): eager torch ops, the fused Triton kernel (:mod:`._torch_triton`) and
+#: the one-pass C++ CPU kernel (:mod:`._torch_cpp`).
+KERNELS = ("torch", "triton", "cpp")
 
 
 def check_config(cfg: Any) -> RopeConfig:
@@ -114,3 +119,10 @@ def check_autograd(autograd: Any) -> str:
     if autograd not in AUTOGRAD_PATHS:
         raise ValueError(f"autograd must be 'function' or 'native', got {autograd!r}")
     return autograd
+
+
+def check_kernel(kernel: Any) -> str:
+    """``kernel`` must name one of :data:`KERNELS`."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    return kernel

@@ -3,10 +3,11 @@
 The rotation is RoFormer (arXiv 2104.09864) eq. 34 for each channel pair (a, b):
 ``y_a = x_a cos - x_b sin``, ``y_b = x_b cos + x_a sin``; pairs follow the layout
 (``"half"``: (i, i + rd/2), HF ``rotate_half``; ``"interleaved"``: (2i, 2i+1), GPT-J / Meta LLaMA).
-It comes in three forms: the functional reference (what ``torch.compile`` fuses and plain autograd
-differentiates), the eager passes (other devices) and the blocked eager CPU kernel (in place or out of
-place, through strides; on CPU also both directions of the autograd Function). :func:`rotate_tables`
-picks one; ``_BLOCK_BYTES`` sizes the blocks of both eager kernels.
+It comes in four forms: the functional reference (what ``torch.compile`` fuses and plain autograd
+differentiates), the eager passes (other devices), the blocked eager CPU kernel (in place or out of
+place, through strides; on CPU also both directions of the autograd Function) and, with
+``kernel="cpp"``, the one-pass C++ CPU kernel of :mod:`._torch_cpp` in the same places.
+:func:`rotate_tables` picks one; ``_BLOCK_BYTES`` sizes the blocks of both eager kernels.
 
 The checks and tables that used to live here are re-exported from :mod:`._torch_checks` and
 :mod:`._torch_tables` (the old import path of the tests).
@@ -19,10 +20,11 @@ import torch
 # The old import path of the checks and tables (tests import them from here; they live in
 # _torch_checks and _torch_tables).
 from ._torch_checks import *  # noqa: F403
-from ._torch_checks import check_autograd
+from ._torch_checks import check_autograd, check_kernel
+from ._torch_cpp import check_cpp, rotate_cpp
 from ._torch_tables import *  # noqa: F403
 from ._torch_tables import _CONFIG_KEYS, _CONFIGS, _config_key, _freq_table_op, _length_free  # noqa: F401
-from ._torch_triton import check_kernel, check_triton, rotate_triton
+from ._torch_triton import check_triton, rotate_triton
 
 __all__ = [
     "rotate_reference",
@@ -30,8 +32,12 @@ __all__ = [
     "EagerTables",
     "eager_cpu",
     "rotate_blocked",
+    "rotate_cpu",
     "rotate_tables",
 ]
+
+#: The kernels that rotate CPU tensors with :class:`EagerTables` (``kernel=``).
+CPU_KERNELS = ("torch", "cpp")
 
 # Bytes of output per block of the CPU rotation's in-place passes. 4 MiB blocks (L3-resident) ran
 # 9-25% faster than L2-sized 1 MiB blocks on the 2-core CI VM (docs/performance.md).
@@ -134,18 +140,20 @@ def _rotate_block(
 
 
 def _rotate(x, cos, sin, layout, rd, compute, kernel: str = "torch", tables=None) -> torch.Tensor:
-    """The rotation by ``kernel`` (``"torch"``: eager passes; ``"triton"``: one fused Triton kernel).
+    """The rotation by ``kernel`` (``"torch"``: eager passes; ``"triton"``: one fused Triton kernel;
+    ``"cpp"``: the one-pass C++ CPU kernel, which refuses other devices).
 
     On CPU the eager passes are :func:`rotate_blocked` (compute-dtype blocks: bf16 in, float32 math per
     block, bf16 out; ``tables``: an :class:`EagerTables` of ``cos``/``sin`` already built, else one is
-    built). Under ``torch.compile`` both are the functional form, which inductor fuses itself.
+    built). Under ``torch.compile`` all are the functional form, which inductor fuses itself.
     """
     if torch.compiler.is_compiling():
         return rotate_reference(x, cos, sin, layout, rd, compute)
     if kernel == "triton":
         return rotate_triton(x, cos, sin, layout, rd, compute)
-    if _on_cpu(x, cos, sin):
-        return _rotate_new(x, EagerTables(cos, sin, layout, compute) if tables is None else tables, rd)
+    if kernel == "cpp" or _on_cpu(x, cos, sin):
+        tables = EagerTables(cos, sin, layout, compute, kernel) if tables is None else tables
+        return _rotate_new(x, tables, rd)
     return _rotate_eager(x, cos, sin, layout, rd, compute)
 
 
@@ -154,8 +162,8 @@ def _on_cpu(*tensors: torch.Tensor) -> bool:
 
 
 def _rotate_new(x: torch.Tensor, tables: EagerTables, rd: int) -> torch.Tensor:
-    """:func:`rotate_blocked` of ``x`` into a new contiguous tensor."""
-    return rotate_blocked(x, torch.empty(x.shape, dtype=x.dtype, device=x.device), tables, rd)
+    """:func:`rotate_cpu` of ``x`` into a new contiguous tensor."""
+    return rotate_cpu(x, torch.empty(x.shape, dtype=x.dtype, device=x.device), tables, rd)
 
 
 class RotateFunction(torch.autograd.Function):
@@ -164,8 +172,9 @@ class RotateFunction(torch.autograd.Function):
     The Jacobian of eq. 34 is the (attention-factor scaled) rotation A R(theta); its transpose is
     A R(-theta), i.e. the same kernel with ``sin`` negated (flash-attn ``ApplyRotaryEmb.backward``,
     ``conjugate=True``). Gradients w.r.t. cos/sin are not produced (positions are not differentiable).
-    On CPU both directions run :func:`rotate_blocked`, and the backward reuses the forward's
-    :class:`EagerTables` (``tables``: one already built for ``cos``/``sin``, e.g. shared by q and k).
+    On CPU both directions run :func:`rotate_blocked` (``kernel="cpp"``: :func:`rotate_cpp`), and the
+    backward reuses the forward's :class:`EagerTables` (``tables``: one already built for ``cos``/``sin``,
+    e.g. shared by q and k).
     """
 
     @staticmethod
@@ -173,8 +182,8 @@ class RotateFunction(torch.autograd.Function):
         ctx.save_for_backward(cos, sin)
         ctx.layout, ctx.rd, ctx.compute, ctx.kernel = layout, rd, compute, kernel
         compiling = torch.compiler.is_compiling()
-        if tables is None and kernel == "torch" and _on_cpu(x, cos, sin) and not compiling:
-            tables = EagerTables(cos, sin, layout, compute)
+        if tables is None and kernel in CPU_KERNELS and _on_cpu(x, cos, sin) and not compiling:
+            tables = EagerTables(cos, sin, layout, compute, kernel)
         y = _rotate(x, cos, sin, layout, rd, compute, kernel, tables)
         if tables is not None:
             tables._scratch = None  # not kept alive until the backward (only the tables are)
@@ -189,7 +198,7 @@ class RotateFunction(torch.autograd.Function):
         inverse = None if ctx.tables is None else ctx.tables.inverse()
         if torch.is_grad_enabled() and grad.requires_grad:
             gx = RotateFunction.apply(grad, cos, -sin, ctx.layout, ctx.rd, ctx.compute, ctx.kernel, inverse)
-        elif inverse is not None:  # CPU: the inverse tables already hold -sin
+        elif inverse is not None:  # CPU (either kernel): the inverse tables already hold -sin
             gx = _rotate_new(grad, inverse, ctx.rd)
         else:
             gx = _rotate(grad, cos, -sin, ctx.layout, ctx.rd, ctx.compute, ctx.kernel)
@@ -200,13 +209,13 @@ class RotateFunction(torch.autograd.Function):
 
 
 def eager_cpu(autograd: str, kernel: str, *tensors: torch.Tensor) -> bool:
-    """Whether :func:`rotate_blocked` serves a call: eager, on CPU, ``kernel="torch"``,
+    """Whether :func:`rotate_cpu` serves a call: eager, on CPU, ``kernel`` in :data:`CPU_KERNELS`,
     ``autograd="function"`` and no autograd graph to record for any of ``tensors`` (x, cos, sin).
 
     Everything else (autograd, ``torch.compile``, Triton, ``autograd="native"``, other devices) goes
     through :func:`~rope_ref.backends._torch_core.rotate_tables`.
     """
-    if kernel != "torch" or autograd != "function" or torch.compiler.is_compiling():
+    if kernel not in CPU_KERNELS or autograd != "function" or torch.compiler.is_compiling():
         return False
     if any(t.device.type != "cpu" for t in tensors):
         return False
@@ -216,11 +225,15 @@ def eager_cpu(autograd: str, kernel: str, *tensors: torch.Tensor) -> bool:
 class EagerTables:
     """Broadcastable half-width cos/sin in the compute dtype, and the forms the kernel derives from them
     (``[cos, cos]`` at full width, the complex factor ``cos + i sin``), each built at most once per call
-    and shared by every tensor the call rotates (q and k)."""
+    and shared by every tensor the call rotates (q and k). ``kernel``: the CPU kernel that rotates with
+    them (one of :data:`CPU_KERNELS`; :func:`rotate_cpu` dispatches on it)."""
 
-    def __init__(self, cos: torch.Tensor, sin: torch.Tensor, layout: str, compute: torch.dtype) -> None:
+    def __init__(
+        self, cos: torch.Tensor, sin: torch.Tensor, layout: str, compute: torch.dtype, kernel: str = "torch"
+    ) -> None:
         self.cos, self.sin = cos.to(compute), sin.to(compute)
         self.layout, self.compute = layout, compute
+        self.kernel = kernel
         self._full: torch.Tensor | None = None
         self._complex: torch.Tensor | None = None
         self._scratch: torch.Tensor | None = None  # work blocks of rotate_blocked, reused while alive
@@ -230,6 +243,7 @@ class EagerTables:
         inv = EagerTables.__new__(EagerTables)
         inv.cos, inv.sin, inv.layout, inv.compute = self.cos, -self.sin, self.layout, self.compute
         inv._full, inv._complex, inv._scratch = self._full, None, None
+        inv.kernel = self.kernel
         return inv
 
     def full_cos(self) -> torch.Tensor:
@@ -347,6 +361,15 @@ def rotate_blocked(x: torch.Tensor, out: torch.Tensor, tables: EagerTables, rd: 
     return out
 
 
+def rotate_cpu(x: torch.Tensor, out: torch.Tensor, tables: EagerTables, rd: int) -> torch.Tensor:
+    """Eq. 34 of ``x`` into ``out`` (``x`` itself for in place) by the CPU kernel ``tables`` were built
+    for: :func:`~rope_ref.backends._torch_cpp.rotate_cpp` (``"cpp"``: one pass, the formula's roundings)
+    or :func:`rotate_blocked` (``"torch"``)."""
+    if tables.kernel == "cpp":
+        return rotate_cpp(x, out, tables.cos, tables.sin, tables.layout, rd)
+    return rotate_blocked(x, out, tables, rd)
+
+
 # -- the choice ---------------------------------------------------------------------------------------
 
 
@@ -368,20 +391,24 @@ def rotate_tables(
 
     ``autograd="function"``: :class:`RotateFunction` when a gradient is needed (saves no activations);
     ``"native"``: :func:`rotate_reference` under plain autograd (saves ``x``; the check path, which
-    ``kernel`` does not affect). ``kernel``: ``"torch"`` (eager passes) or ``"triton"`` (one fused
-    Triton kernel, :func:`~rope_ref.backends._torch_triton.rotate_triton`). ``blocked``: where
-    :func:`eager_cpu` allows it, :func:`rotate_blocked` instead (same values, bit for bit; the public
-    functions ask for it). ``inplace``: the result is written into ``x`` (only the elements of the
-    view) and ``x`` returned; otherwise a new contiguous tensor. ``tables``: an :class:`EagerTables` of
+    ``kernel`` does not affect). ``kernel``: ``"torch"`` (eager passes), ``"triton"`` (one fused
+    Triton kernel, :func:`~rope_ref.backends._torch_triton.rotate_triton`) or ``"cpp"`` (the one-pass
+    C++ CPU kernel, :func:`~rope_ref.backends._torch_cpp.rotate_cpp`, both directions under autograd;
+    CPU tensors, float32/float64 arithmetic). ``blocked``: where :func:`eager_cpu` allows it,
+    :func:`rotate_cpu` instead (same values, bit for bit; the public functions ask for it).
+    ``inplace``: the result is written into ``x`` (only the elements of the view) and ``x`` returned;
+    otherwise a new contiguous tensor. ``tables``: an :class:`EagerTables` of
     ``cos``/``sin`` in ``compute`` already built (shared by the tensors of one call), for the CPU kernels.
     """
     if blocked and eager_cpu(autograd, kernel, x, cos, sin):
         out = x if inplace else torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        tables = EagerTables(cos, sin, layout, compute) if tables is None else tables
-        return rotate_blocked(x, out, tables, rd)
+        tables = EagerTables(cos, sin, layout, compute, kernel) if tables is None else tables
+        return rotate_cpu(x, out, tables, rd)
     check_kernel(kernel)
     if kernel == "triton" and not torch.compiler.is_compiling():  # compiled: the functional form runs
         check_triton(x, compute)
+    if kernel == "cpp" and not torch.compiler.is_compiling():
+        check_cpp(x, compute)
     if check_autograd(autograd) == "native":
         y = rotate_reference(x, cos, sin, layout, rd, compute)
     elif torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):

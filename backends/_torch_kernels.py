@@ -13,10 +13,10 @@ Every input may be a non-contiguous view (transposed, sliced out of a packed buf
 through its strides, and in place they write only the elements of the view.
 
 Eager CPU calls rotate with :func:`~rope_ref.backends._torch_core.rotate_blocked` (the kernel of the
-module and of :func:`~rope_ref.backends._torch_module.rotate` too): q and k share one set of tables in
-the compute dtype; when they are neighbours in one buffer (packed QKV) they are rotated as one view, and
-``apply_qkv`` out of place writes q and k straight into its output and copies V there, with no
-concatenation.
+module and of :func:`~rope_ref.backends._torch_module.rotate` too), or with ``kernel="cpp"`` the
+one-pass C++ kernel (:mod:`._torch_cpp`): q and k share one set of tables in the compute dtype;
+when they are neighbours in one buffer (packed QKV) they are rotated as one view, and ``apply_qkv``
+out of place writes q and k straight into its output and copies V there, with no concatenation.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ from ._torch_checks import (
     check_angle_dtype,
     check_broadcast,
     check_config,
+    check_kernel,
     check_x,
     resolve_compute_dtype,
 )
-from ._torch_core import EagerTables, eager_cpu, rotate_blocked, rotate_tables
+from ._torch_core import CPU_KERNELS, EagerTables, eager_cpu, rotate_blocked, rotate_cpu, rotate_tables
 from ._torch_positions import resolve_positions
 from ._torch_tables import angle_tables, expand_tables, freq_table, seq_len_of
-from ._torch_triton import check_kernel
 
 __all__ = ["apply", "apply_qk", "apply_qkv", "split_qkv"]
 
@@ -110,8 +110,9 @@ def apply(
     has ``x.dtype``. Semantics are :func:`rope_ref.apply` (HF ``apply_rotary_pos_emb`` with the attention
     factor in cos/sin; channels ``rotary_dim:`` pass through). Length-dependent scalings see ``seq_len``
     or, if ``None``, ``max(positions) + 1`` (a host sync; pass ``seq_len`` to avoid it). ``kernel``:
-    ``"torch"`` (eager torch ops, any device) or ``"triton"`` (one fused Triton kernel; CUDA tensors,
-    rotation in float32/float64; see ``docs/backends/torch.md``).
+    ``"torch"`` (eager torch ops, any device), ``"triton"`` (one fused Triton kernel; CUDA tensors,
+    rotation in float32/float64) or ``"cpp"`` (one fused C++ pass per element, built on first use;
+    CPU tensors, rotation in float32/float64, forward and backward); see ``docs/backends/torch.md``.
     """
     if axes is None and offset is None and cu_seqlens is None and not inverse and inplace is False:
         # The original call: exactly the original code path (and its messages).
@@ -167,9 +168,9 @@ def apply_qk(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate q ``(.., Hq, ..)`` and k ``(.., Hk, ..)`` (``Hk`` divides ``Hq``) with one table build.
 
-    Positions as in :func:`apply` (``axes`` is required; positions must not vary over heads). Returns
-    ``(q_rot, k_rot)``; with ``inplace`` these are ``q`` and ``k``, written through their strides (they
-    may be disjoint slices of one packed buffer).
+    Positions and options (``kernel`` included) as in :func:`apply` (``axes`` is required; positions
+    must not vary over heads). Returns ``(q_rot, k_rot)``; with ``inplace`` these are ``q`` and ``k``,
+    written through their strides (they may be disjoint slices of one packed buffer).
     """
     return _apply_qk(
         q,
@@ -248,8 +249,8 @@ def _apply_qk(
         qo, ko = rotate_triton_qk(q, k, cos, sin, cfg.layout, cfg.rotary_dim, compute)  # one launch
         return (q.copy_(qo), k.copy_(ko)) if inplace else (qo, ko)
     # On CPU one table (cos/sin in the compute dtype, [cos, cos]) serves q and k, forward and backward.
-    cpu = kernel == "torch" and q.device.type == "cpu" and not torch.compiler.is_compiling()
-    tables = EagerTables(cos, sin, cfg.layout, compute) if cpu else None
+    cpu = kernel in CPU_KERNELS and q.device.type == "cpu" and not torch.compiler.is_compiling()
+    tables = EagerTables(cos, sin, cfg.layout, compute, kernel) if cpu else None
     if not eager_cpu(autograd, kernel, q, k, cos, sin):
         layout, rd = cfg.layout, cfg.rotary_dim
         return tuple(
@@ -267,11 +268,12 @@ def _apply_qk(
         ko = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     both_in = _adjacent(q, k, h)
     both_out = both_in if inplace else _adjacent(qo, ko, h)
+    run = rotate_cpu if kernel == "cpp" else rotate_blocked
     if both_in is not None and both_out is not None:
-        rotate_blocked(both_in, both_in if inplace else both_out, tables, cfg.rotary_dim)
+        run(both_in, both_in if inplace else both_out, tables, cfg.rotary_dim)
     else:
-        rotate_blocked(q, qo, tables, cfg.rotary_dim)
-        rotate_blocked(k, ko, tables, cfg.rotary_dim)
+        run(q, qo, tables, cfg.rotary_dim)
+        run(k, ko, tables, cfg.rotary_dim)
     return qo, ko
 
 

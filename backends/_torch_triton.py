@@ -24,6 +24,9 @@ from typing import Any
 
 import torch
 
+# The kernel list and its check live with the other argument checks (kept importable from here).
+from ._torch_checks import KERNELS, check_kernel
+
 __all__ = [
     "KERNELS",
     "LAUNCH_OPTIONS",
@@ -36,17 +39,9 @@ __all__ = [
     "rotate_triton",
 ]
 
-#: The rotation kernels the adapter offers (``kernel=`` of ``apply``, ``rotate``, ``RotaryEmbedding``).
-KERNELS = ("torch", "triton")
 # Leading (row) axes the kernel indexes after merging; more are merged by a copy (see _row_axes).
 _MAX_ROW_AXES = 4
 _COMPUTE_DTYPES = (torch.float32, torch.float64)
-
-
-def check_kernel(kernel: Any) -> str:
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    return kernel
 
 
 @functools.cache

@@ -12,8 +12,9 @@ Precision policy (declared to the suite): angles ``position * inv_freq`` and cos
 (float64 under the ``fp64`` policy or ``angle_dtype=torch.float64``); rotation arithmetic in the input
 dtype for float32/float64 and in float32 for float16/bfloat16 inputs, rounded once at the output.
 
-Kernels (``kernel=``): ``"torch"`` (default; eager torch ops on any device) and ``"triton"`` (one fused
-Triton kernel for CUDA tensors; conformance name ``torch:triton``).
+Kernels (``kernel=``): ``"torch"`` (default; eager torch ops on any device), ``"triton"`` (one fused
+Triton kernel for CUDA tensors; conformance name ``torch:triton``) and ``"cpp"`` (one fused C++ pass
+on CPU tensors, built on first use; ``backends/_torch_cpp.py``).
 """
 
 from __future__ import annotations
@@ -78,6 +79,13 @@ def available(device: str = "cpu", kernel: str = "torch", **_: Any) -> tuple[boo
         check_kernel(kernel)
     except ValueError as exc:
         return False, str(exc)
+    if kernel == "cpp":
+        from ._torch_cpp import missing_tools
+
+        if dev.type != "cpu":
+            return False, f"kernel='cpp' runs on CPU tensors, not {dev.type}"
+        missing = missing_tools()
+        return (False, f"kernel='cpp' needs {missing}") if missing else (True, "")
     return triton_status(dev) if kernel == "triton" else (True, "")
 
 

@@ -27,8 +27,16 @@ line per dtype. ``--gqa-only`` runs just this table; ``--repeat N`` makes N inde
 (medians of run medians, with the range); ``--threads N`` sets ``torch.set_num_threads``. The load
 average is printed with the table.
 
+The C++ CPU kernel (issue 32; ``--cpp`` runs only this table): x (1, 2048, 32, 128), half layout, bf16
+and fp32, forward and forward+backward, at 1 and 2 threads (only ``--threads N`` when given). Candidates:
+the clone floor, HF eager, ``rt.apply(x, ids[:, None], cfg)`` (the eager kernel) and the same with
+``kernel="cpp"``; then GQA q (1, 2048, 32, 128) + k (1, 2048, 8, 128): ``apply_qk`` with each kernel,
+two ``apply`` calls with ``kernel="cpp"`` and, when installed, vLLM's CPU kernel. ``hf_over_this`` is HF
+/ candidate; the issue's goals are printed as one line per thread count and dtype. The first call
+builds the extension (tens of seconds, once; cached on disk).
+
 Usage: ``python benchmarks/bench_torch.py [--rounds N] [--json FILE] [--cpu-only] [--cpu-compiled]
-[--gqa-only] [--repeat N] [--threads N]``.
+[--gqa-only] [--cpp] [--repeat N] [--threads N]``.
 """
 
 from __future__ import annotations
@@ -358,6 +366,95 @@ def gqa_goals(rows: list[dict]) -> list[str]:
     return lines
 
 
+def cpp_bench(
+    rounds: int, threads: list[int], s: int = 2048, h: int = 32, hk: int = 8, d: int = 128
+) -> list[dict]:
+    """``kernel="cpp"`` against HF eager, the eager kernel and the clone floor (issue 32's torch goals)."""
+    torch.manual_seed(0)
+    cfg = rope_ref.RopeConfig(d, layout="half")
+    ids = torch.arange(s)
+    pos = ids[:, None]  # (S, 1) against (B, S, H)
+    cos, sin = hf_tables(ids, d, 10000.0, "half")
+
+    def ours(t: torch.Tensor) -> torch.Tensor:
+        return rt.apply(t, pos, cfg)
+
+    def cpp(t: torch.Tensor) -> torch.Tensor:
+        return rt.apply(t, pos, cfg, kernel="cpp")
+
+    def hf(t: torch.Tensor) -> torch.Tensor:
+        return hf_apply(t, cos, sin, "half")
+
+    rows = []
+    for n in threads:
+        torch.set_num_threads(n)
+        for dtype in (torch.bfloat16, torch.float32):
+            x = torch.randn((1, s, h, d)).to(dtype)
+            g = torch.randn((1, s, h, d)).to(dtype)
+            k = torch.randn((1, s, hk, d)).to(dtype)
+            tables = {
+                "forward": {"clone": lambda x=x: x.clone(), "hf_eager": lambda x=x: hf(x)},
+                "forward+backward": {
+                    "clone": fwd_bwd(lambda t: t.clone(), x, g),
+                    "hf_eager": fwd_bwd(hf, x, g),
+                },
+                "gqa q+k": {"clone_q_k": lambda x=x, k=k: (x.clone(), k.clone())},
+            }
+            tables["forward"].update({"apply": lambda x=x: ours(x), "apply_cpp": lambda x=x: cpp(x)})
+            tables["forward+backward"].update({"apply": fwd_bwd(ours, x, g), "apply_cpp": fwd_bwd(cpp, x, g)})
+            tables["gqa q+k"].update(
+                {
+                    "apply_qk": lambda x=x, k=k: rt.apply_qk(x, k, ids, cfg, axes="bshd"),
+                    "apply_qk_cpp": lambda x=x, k=k: rt.apply_qk(x, k, ids, cfg, axes="bshd", kernel="cpp"),
+                    "two_apply_cpp": lambda x=x, k=k: (
+                        rt.apply(x, ids, cfg, axes="bshd", kernel="cpp"),
+                        rt.apply(k, ids, cfg, axes="bshd", kernel="cpp"),
+                    ),
+                    **engine_anchors(x, k, ids, cfg),
+                }
+            )
+            for mode, cands in tables.items():
+                t = side_by_side(cands, rounds, "cpu", rotate=True)
+                ref = t.get("hf_eager", t.get("two_apply_cpp"))
+                for name, sec in t.items():
+                    rows.append(
+                        {
+                            "threads": n,
+                            "dtype": str(dtype).removeprefix("torch."),
+                            "mode": mode,
+                            "impl": name,
+                            "ms": sec * 1e3,
+                            "hf_over_this" if mode != "gqa q+k" else "two_cpp_over_this": ref / sec,
+                        }
+                    )
+    return rows
+
+
+def _goal(name: str, value: float, goal: str, ok: bool) -> str:
+    return f"{name} {value:.2f} (goal {goal}: {'met' if ok else 'not met'})"
+
+
+def cpp_goals(rows: list[dict]) -> list[str]:
+    """One line per thread count and dtype: issue 32's torch goals for ``kernel="cpp"``, met or not."""
+    ms = {(r["threads"], r["dtype"], r["mode"], r["impl"]): r["ms"] for r in rows}
+    lines = []
+    for n, dtype in dict.fromkeys((r["threads"], r["dtype"]) for r in rows):
+        fwd = ms[n, dtype, "forward", "hf_eager"] / ms[n, dtype, "forward", "apply_cpp"]
+        both = ms[n, dtype, "forward+backward", "hf_eager"] / ms[n, dtype, "forward+backward", "apply_cpp"]
+        fused = ms[n, dtype, "gqa q+k", "two_apply_cpp"] / ms[n, dtype, "gqa q+k", "apply_qk_cpp"]
+        parts = [
+            _goal("HF / cpp forward", fwd, ">= 3", fwd >= 3),
+            _goal("fwd+bwd", both, ">= 2.5", both >= 2.5),
+            _goal("two apply / apply_qk", fused, ">= 1", fused >= 1),
+        ]
+        vllm = ms.get((n, dtype, "gqa q+k", "vllm_cpu_kernel"))
+        if vllm is not None:
+            ratio = ms[n, dtype, "gqa q+k", "apply_qk_cpp"] / vllm
+            parts.append(_goal("apply_qk_cpp / vLLM", ratio, "<= 2", ratio <= 2))
+        lines.append(f"{n} thread(s) {dtype}: " + "; ".join(parts))
+    return lines
+
+
 def print_table(rows: list[dict]) -> None:
     keys = list(dict.fromkeys(k for r in rows for k in r))
     print("| " + " | ".join(keys) + " |")
@@ -379,9 +476,21 @@ def main() -> None:
     parser.add_argument("--cpu-only", action="store_true")
     parser.add_argument("--cpu-compiled", action="store_true", help="also time torch.compile on CPU")
     parser.add_argument("--gqa-only", action="store_true", help="only the GQA q+k table")
+    parser.add_argument("--cpp", action="store_true", help='only the kernel="cpp" table (issue 32)')
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--repeat", type=int, default=1, help="independent runs of the GQA table")
     args = parser.parse_args()
+    if args.cpp:
+        info = {"torch": torch.__version__, "load_average_before": os.getloadavg()}
+        rows = cpp_bench(args.rounds, [args.threads] if args.threads else [1, 2])
+        info["load_average_after"] = os.getloadavg()
+        print(json.dumps(info))
+        print_table(rows)
+        print("\n".join(cpp_goals(rows)))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"info": info, "rows": rows}, fh, indent=1)
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     info = {

@@ -30,7 +30,7 @@ def _interpreting() -> bool:
 
 def test_unknown_kernel_is_refused_everywhere():
     x = torch.randn(2, 8)
-    msg = r"kernel must be one of \('torch', 'triton'\), got 'cuda'"
+    msg = r"kernel must be one of \('torch', 'triton', 'cpp'\), got 'cuda'"
     with pytest.raises(ValueError, match=msg):
         rt.apply(x, torch.arange(2), CFG, kernel="cuda")
     with pytest.raises(ValueError, match=msg):
