@@ -49,8 +49,9 @@ class TorchBackend(KernelShapeCalls, NextPositionIdsFromFullIds, Backend):
     """This adapter behind the conformance protocol; every per-position computation is torch.
 
     ``apply_vjp`` runs real autograd through :class:`RotateFunction` (``autograd="function"``) or plain
-    autograd (``"native"``). ``kernel`` picks the rotation kernel (``"torch"`` or ``"triton"``); the
-    Triton kernel's names are ``torch:triton`` (CUDA) and, under Triton's interpreter, ``torch+triton``.
+    autograd (``"native"``). ``kernel`` picks the rotation kernel (``"torch"``, ``"triton"`` or ``"cpp"``);
+    the Triton kernel's names are ``torch:triton`` (CUDA) and, under Triton's interpreter, ``torch+triton``;
+    the C++ CPU kernel's is ``torch:cpp``.
     The issue-16 operations (``apply_axes``, ``apply_qk``, ``apply_qkv``, all three also in place; their
     keywords bundled by :class:`KernelShapeCalls`) call :mod:`._torch_kernels` directly on the views the
     runner hands, under the same policy as ``apply``.
@@ -75,7 +76,9 @@ class TorchBackend(KernelShapeCalls, NextPositionIdsFromFullIds, Backend):
             self._device = torch.device("cuda", torch.cuda.current_device())
         self.device = str(self._device)
         self.kernel = check_kernel(kernel)
-        if self._device.type == "cpu":
+        if kernel == "cpp":  # the C++ kernel runs on CPU only (its registry name)
+            self.name = "torch:cpp"
+        elif self._device.type == "cpu":
             self.name = "torch" if kernel == "torch" else f"torch+{kernel}"
         else:
             self.name = f"torch:{self._device.type}" if kernel == "torch" else f"torch:{kernel}"

@@ -2,7 +2,8 @@
 
 Names resolve in this order:
 1. built-in names: ``numpy`` (the oracle), ``torch``, ``torch:cuda``, ``torch:triton`` (the torch
-   adapter's fused Triton kernel on CUDA), ``cupy``, ``array-api:<module>``;
+   adapter's fused Triton kernel on CUDA), ``torch:cpp`` (its one-pass C++ kernel on CPU), ``cupy``,
+   ``array-api:<module>``;
 2. ``module:attr`` (``attr`` is a :class:`~rope_ref.conformance.protocol.Backend` subclass, an
    instance, or a factory called as ``factory(precision=...)``). If ``module`` cannot be found on
    ``sys.path``, the current working directory is added to the front of ``sys.path`` (as ``python -m``
@@ -38,6 +39,7 @@ _BUILTINS: dict[str, tuple[str, dict[str, Any]]] = {
     "torch": ("rope_ref.backends.torch", {"device": "cpu"}),
     "torch:cuda": ("rope_ref.backends.torch", {"device": "cuda"}),
     "torch:triton": ("rope_ref.backends.torch", {"device": "cuda", "kernel": "triton"}),
+    "torch:cpp": ("rope_ref.backends.torch", {"device": "cpu", "kernel": "cpp"}),
     "cupy": ("rope_ref.backends.cupy", {}),
 }
 _ARRAY_API_PREFIX = "array-api:"

@@ -40,6 +40,7 @@ def test_names_and_options():
     assert TorchBackend().name == "torch"
     assert TorchBackend(kernel="triton").name == "torch+triton"  # named at construction; runs need CUDA
     assert TorchBackend(device="meta").name == "torch:meta"
+    assert TorchBackend(kernel="cpp").name == "torch:cpp"  # the registry's name; nothing is built here
     with pytest.raises(ValueError, match="autograd must be 'function' or 'native', got 'fast'"):
         TorchBackend(autograd="fast")
     assert TorchBackend(autograd="native").autograd == "native"

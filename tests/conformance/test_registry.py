@@ -56,6 +56,7 @@ def user_file(tmp_path):
         ("torch", "rope_ref.backends.torch", {"device": "cpu"}),
         ("torch:cuda", "rope_ref.backends.torch", {"device": "cuda"}),
         ("torch:triton", "rope_ref.backends.torch", {"device": "cuda", "kernel": "triton"}),
+        ("torch:cpp", "rope_ref.backends.torch", {"device": "cpu", "kernel": "cpp"}),
         ("cupy", "rope_ref.backends.cupy", {}),
         ("array-api:numpy", "rope_ref.backends.array_api", {"namespace": "numpy"}),
     ],
@@ -187,7 +188,7 @@ def test_bad_names_are_one_line_errors(name, error, match):
 
 def test_builtin_names_list():
     names = registry.builtin_names()
-    assert names[:6] == ["numpy", "torch", "torch:cuda", "torch:triton", "cupy", "array-api:<module>"]
+    assert names[:7] == ["numpy", "torch", "torch:cuda", "torch:triton", "torch:cpp", "cupy", "array-api:<module>"]
 
 
 def test_a_builtin_module_without_available_is_made_with_precision_and_options(monkeypatch):
@@ -233,6 +234,7 @@ def test_without_the_peers_package_only_the_builtins_are_named(monkeypatch):
         "torch",
         "torch:cuda",
         "torch:triton",
+        "torch:cpp",
         "cupy",
         "array-api:<module>",
     ]
