@@ -188,7 +188,8 @@ def test_bad_names_are_one_line_errors(name, error, match):
 
 def test_builtin_names_list():
     names = registry.builtin_names()
-    assert names[:7] == ["numpy", "torch", "torch:cuda", "torch:triton", "torch:cpp", "cupy", "array-api:<module>"]
+    builtins = ["numpy", "torch", "torch:cuda", "torch:triton", "torch:cpp", "cupy", "array-api:<module>"]
+    assert names[:7] == builtins
 
 
 def test_a_builtin_module_without_available_is_made_with_precision_and_options(monkeypatch):
@@ -216,13 +217,13 @@ def test_peers_are_listed_after_the_builtins_and_resolved_by_the_peers_package(m
     import rope_ref.peers as peers
 
     assert registry.PEERS_PACKAGE == "rope_ref.peers"
-    assert registry.builtin_names()[6:] == list(peers.PEERS)
+    assert registry.builtin_names()[7:] == list(peers.PEERS)
     fake = type(sys)("h27_fake_peers")
     fake.PEERS = {"h27-peer": ("x", {})}
     fake.get_peer = lambda name, precision: ("peer", name, precision)
     monkeypatch.setattr(registry, "PEERS_PACKAGE", "h27_fake_peers")
     monkeypatch.setitem(sys.modules, "h27_fake_peers", fake)
-    assert registry.builtin_names()[6:] == ["h27-peer"]
+    assert registry.builtin_names()[7:] == ["h27-peer"]
     assert get_backend("h27-peer", "fp16") == ("peer", "h27-peer", "fp16")
 
 
