@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fixed_sum", "fixed_dot", "exp_basic", "irwin_hall"]
+__all__ = ["fixed_sum", "fixed_sum_in_place", "fixed_dot", "exp_basic", "irwin_hall"]
 
 
 def fixed_sum(a: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -19,9 +19,24 @@ def fixed_sum(a: np.ndarray, axis: int = -1) -> np.ndarray:
 
     Only elementwise ``np.add`` is used, whose roundings are the same everywhere. An empty axis sums
     to 0.0. The tree is walked along ``axis`` where it lies: summing the leading axis of a C-ordered
-    array adds whole contiguous rows (the fast layout, see :mod:`rope_ref.decay`).
+    array adds whole contiguous rows (the fast layout, see :mod:`rope_ref.decay`). ``a`` is not
+    changed: the first level adds into a copy of the head, the rest runs in that copy.
     """
     a = np.asarray(a, dtype=np.float64)
+    axis = _axis_index(axis, a.ndim)
+    n = a.shape[axis]
+    if n <= 1:
+        return fixed_sum_in_place(a, axis)
+    lead = (slice(None),) * axis
+    half = (n + 1) // 2
+    head = a[lead + (slice(0, half),)].copy()
+    head[lead + (slice(0, n - half),)] += a[lead + (slice(half, n),)]
+    return fixed_sum_in_place(head, axis)
+
+
+def fixed_sum_in_place(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    """:func:`fixed_sum` with ``a`` (a float64 array) as its work array: the same additions in the same
+    order, without copies. ``a`` is overwritten; the result may be a view of it."""
     axis = _axis_index(axis, a.ndim)
     n = a.shape[axis]
     if n == 0:
@@ -29,9 +44,8 @@ def fixed_sum(a: np.ndarray, axis: int = -1) -> np.ndarray:
     lead = (slice(None),) * axis
     while n > 1:
         half = (n + 1) // 2
-        head = a[lead + (slice(0, half),)].copy()
-        head[lead + (slice(0, n - half),)] += a[lead + (slice(half, n),)]
-        a, n = head, half
+        a[lead + (slice(0, n - half),)] += a[lead + (slice(half, n),)]
+        n = half
     return a[lead + (0,)]
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ._arrays import as_float64, as_positions, check_int, check_real
 from ._exact_trig import cos_sin_of_product
-from ._fixed import fixed_sum, irwin_hall
+from ._fixed import fixed_sum, fixed_sum_in_place, irwin_hall
 from .config import RopeConfig
 from .frequencies import _check_config, attention_factor, inv_freq, resolve_seq_len
 from .rotation import pair_indices
@@ -103,7 +103,7 @@ def _mean_abs_partial_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     np.multiply(b, b, out=b)
     np.add(a, b, out=a)
     np.sqrt(a, out=a)
-    return fixed_sum(a, axis=0) / a.shape[0]
+    return fixed_sum_in_place(a, axis=0) / a.shape[0]
 
 
 class AbelBound(NamedTuple):
@@ -167,8 +167,8 @@ def abel_bound(q: Any, k: Any, distance: Any, cfg: RopeConfig, *, seq_len: int |
     for start in range(0, lead_1[0], rows):
         sl = slice(start, start + rows)
         c, s = _tables_pairs_first(r_full[sl], theta)
-        re = fixed_sum(h_re[:, sl] * c - h_im[:, sl] * s, axis=0)
-        im = fixed_sum(h_re[:, sl] * s + h_im[:, sl] * c, axis=0)
+        re = fixed_sum_in_place(h_re[:, sl] * c - h_im[:, sl] * s, axis=0)  # sums of fresh temporaries
+        im = fixed_sum_in_place(h_re[:, sl] * s + h_im[:, sl] * c, axis=0)
         exact[sl] = np.sqrt(re * re + im * im)
         if shared:
             mean_abs_s[sl] = _mean_abs_partial_sums(c, s)
@@ -255,7 +255,7 @@ def score_curve(
     rows = max(1, DEFAULT_MAX_BYTES // (_WORK_ARRAYS * 8 * theta.size))
     for start in range(0, flat.size, rows):
         c, s = cos_sin_of_product(flat[start : start + rows, None], theta)
-        out[start : start + rows] = fixed_sum(c * h_re - s * h_im, axis=-1)
+        out[start : start + rows] = fixed_sum_in_place(c * h_re - s * h_im, axis=-1)
     return (scale * out + passthrough).reshape(r.shape)
 
 
