@@ -18,14 +18,13 @@ from rope_ref.conformance.protocol import (
 import rope_ref
 
 from ._torch_chatglm import chatglm_apply_2d, chatglm_position_ids
-from ._torch_checks import check_autograd
+from ._torch_checks import check_autograd, check_kernel
 from ._torch_decay import decay_upper_bound
 from ._torch_kernels import apply
 from ._torch_kernels import apply_qk as _apply_qk
 from ._torch_kernels import apply_qkv as _apply_qkv
 from ._torch_module import RotaryEmbedding
 from ._torch_tables import freq_table
-from ._torch_triton import check_kernel
 
 __all__ = ["TorchBackend", "POLICIES"]
 

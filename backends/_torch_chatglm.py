@@ -14,10 +14,9 @@ import torch
 from rope_ref.chatglm import _check_base, _check_flag, _check_precision, _check_token_ids
 from rope_ref.config import RopeConfig
 
-from ._torch_checks import as_positions, check_angle_dtype, check_broadcast, check_x
+from ._torch_checks import as_positions, check_angle_dtype, check_broadcast, check_kernel, check_x
 from ._torch_kernels import apply
 from ._torch_tables import expand_tables
-from ._torch_triton import check_kernel
 
 __all__ = ["chatglm_position_ids", "chatglm_apply_2d"]
 

@@ -38,7 +38,7 @@ from ._torch_checks import (
     check_x,
     resolve_compute_dtype,
 )
-from ._torch_core import CPU_KERNELS, EagerTables, eager_cpu, rotate_blocked, rotate_cpu, rotate_tables
+from ._torch_core import CPU_KERNELS, EagerTables, eager_cpu, rotate_cpu, rotate_tables
 from ._torch_positions import resolve_positions
 from ._torch_tables import angle_tables, expand_tables, freq_table, seq_len_of
 
@@ -268,12 +268,12 @@ def _apply_qk(
         ko = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     both_in = _adjacent(q, k, h)
     both_out = both_in if inplace else _adjacent(qo, ko, h)
-    run = rotate_cpu if kernel == "cpp" else rotate_blocked
+    # rotate_cpu runs the kernel the tables were built for (tables.kernel).
     if both_in is not None and both_out is not None:
-        run(both_in, both_in if inplace else both_out, tables, cfg.rotary_dim)
+        rotate_cpu(both_in, both_in if inplace else both_out, tables, cfg.rotary_dim)
     else:
-        run(q, qo, tables, cfg.rotary_dim)
-        run(k, ko, tables, cfg.rotary_dim)
+        rotate_cpu(q, qo, tables, cfg.rotary_dim)
+        rotate_cpu(k, ko, tables, cfg.rotary_dim)
     return qo, ko
 
 

@@ -18,13 +18,13 @@ from ._torch_checks import (
     check_autograd,
     check_broadcast,
     check_config,
+    check_kernel,
     check_x,
     resolve_compute_dtype,
 )
 from ._torch_core import EagerTables, rotate_tables  # noqa: F401  (EagerTables: old import path)
 from ._torch_kernels import apply  # noqa: F401  (re-exported: the old import path)
 from ._torch_tables import angle_tables, expand_tables, freq_constants, freq_table, seq_len_of
-from ._torch_triton import check_kernel
 
 __all__ = ["rotate", "apply_rotary_pos_emb", "RotaryEmbedding", "MAX_TABLE_BYTES"]
 

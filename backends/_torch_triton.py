@@ -24,14 +24,9 @@ from typing import Any
 
 import torch
 
-# The kernel list and its check live with the other argument checks (kept importable from here).
-from ._torch_checks import KERNELS, check_kernel
-
 __all__ = [
-    "KERNELS",
     "LAUNCH_OPTIONS",
     "TILE_PAIRS",
-    "check_kernel",
     "check_triton",
     "kernel_meta",
     "triton_status",

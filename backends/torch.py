@@ -73,7 +73,8 @@ def available(device: str = "cpu", kernel: str = "torch", **_: Any) -> tuple[boo
         return False, f"invalid torch device {device!r}: {exc}"
     if dev.type == "cuda" and not _torch.cuda.is_available():
         return False, f"torch {_torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)"
-    from ._torch_triton import check_kernel, triton_status
+    from ._torch_checks import check_kernel
+    from ._torch_triton import triton_status
 
     try:
         check_kernel(kernel)

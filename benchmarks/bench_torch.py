@@ -359,9 +359,10 @@ def gqa_goals(rows: list[dict]) -> list[str]:
             continue
         speed, floor = r["two_calls_over_fused"], r["x_clone_floor"]
         lines.append(
-            f"{r['device']} {r['dtype']}: apply_qk {r['ms']:.3g} ms; two apply / apply_qk = {speed:.2f} "
-            f"(goal >= 1.5: {'met' if speed >= 1.5 else 'not met'}); apply_qk / clone = {floor:.2f} "
-            f"(goal <= 1.5: {'met' if floor <= 1.5 else 'not met'})"
+            f"{r['device']} {r['dtype']}: apply_qk {r['ms']:.3g} ms; "
+            + _goal("two apply / apply_qk =", speed, ">= 1.5", speed >= 1.5)
+            + "; "
+            + _goal("apply_qk / clone =", floor, "<= 1.5", floor <= 1.5)
         )
     return lines
 
@@ -480,17 +481,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--repeat", type=int, default=1, help="independent runs of the GQA table")
     args = parser.parse_args()
-    if args.cpp:
-        info = {"torch": torch.__version__, "load_average_before": os.getloadavg()}
-        rows = cpp_bench(args.rounds, [args.threads] if args.threads else [1, 2])
-        info["load_average_after"] = os.getloadavg()
-        print(json.dumps(info))
-        print_table(rows)
-        print("\n".join(cpp_goals(rows)))
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump({"info": info, "rows": rows}, fh, indent=1)
-        return
     if args.threads:
         torch.set_num_threads(args.threads)
     info = {
@@ -499,25 +489,30 @@ def main() -> None:
         "machine": platform.processor() or platform.machine(),
         "load_average_before": os.getloadavg(),
     }
-    rows = [] if args.gqa_only else cpu_bench(args.rounds, args.cpu_compiled)
-    gqa = gqa_bench(args.rounds, repeat=args.repeat, compiled=args.cpu_compiled)
-    if not args.cpu_only and torch.cuda.is_available():
-        if not args.gqa_only:
-            rows += gpu_bench(args.rounds)
-        gqa += gqa_bench(args.rounds, "cuda", repeat=args.repeat)
-    elif not args.cpu_only:
-        print("no CUDA device: GPU benchmark skipped")
+    if args.cpp:
+        info["threads"] = [args.threads] if args.threads else [1, 2]
+        rows = cpp_bench(args.rounds, info["threads"])
+        tables, goals = [rows], cpp_goals(rows)
+    else:
+        rows = [] if args.gqa_only else cpu_bench(args.rounds, args.cpu_compiled)
+        gqa = gqa_bench(args.rounds, repeat=args.repeat, compiled=args.cpu_compiled)
+        if not args.cpu_only and torch.cuda.is_available():
+            if not args.gqa_only:
+                rows += gpu_bench(args.rounds)
+            gqa += gqa_bench(args.rounds, "cuda", repeat=args.repeat)
+        elif not args.cpu_only:
+            print("no CUDA device: GPU benchmark skipped")
+        tables, goals = [rows, gqa], gqa_goals(gqa)
+        rows = rows + gqa
     info["load_average_after"] = os.getloadavg()
     print(json.dumps(info))
-    if rows:
-        print_table(rows)
-    print_table(gqa)
-    print("\n".join(gqa_goals(gqa)))
-    rows += gqa
+    for table in tables:
+        if table:
+            print_table(table)
+    print("\n".join(goals))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"info": info, "rows": rows}, fh, indent=1)
-
 
 if __name__ == "__main__":
     main()

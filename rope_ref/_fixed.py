@@ -20,18 +20,9 @@ def fixed_sum(a: np.ndarray, axis: int = -1) -> np.ndarray:
     Only elementwise ``np.add`` is used, whose roundings are the same everywhere. An empty axis sums
     to 0.0. The tree is walked along ``axis`` where it lies: summing the leading axis of a C-ordered
     array adds whole contiguous rows (the fast layout, see :mod:`rope_ref.decay`). ``a`` is not
-    changed: the first level adds into a copy of the head, the rest runs in that copy.
+    changed: the tree runs in a copy (:func:`fixed_sum_in_place`).
     """
-    a = np.asarray(a, dtype=np.float64)
-    axis = _axis_index(axis, a.ndim)
-    n = a.shape[axis]
-    if n <= 1:
-        return fixed_sum_in_place(a, axis)
-    lead = (slice(None),) * axis
-    half = (n + 1) // 2
-    head = a[lead + (slice(0, half),)].copy()
-    head[lead + (slice(0, n - half),)] += a[lead + (slice(half, n),)]
-    return fixed_sum_in_place(head, axis)
+    return fixed_sum_in_place(np.array(a, dtype=np.float64), axis)
 
 
 def fixed_sum_in_place(a: np.ndarray, axis: int = -1) -> np.ndarray:

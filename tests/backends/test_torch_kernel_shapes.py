@@ -553,8 +553,8 @@ def test_neighbouring_q_and_k_rotate_as_one_view(dtype, monkeypatch):
     from rope_ref.backends import _torch_kernels as tk
 
     seen = []
-    real = tk.rotate_blocked
-    monkeypatch.setattr(tk, "rotate_blocked", lambda x, out, *a: seen.append(x.shape[2]) or real(x, out, *a))
+    real = tk.rotate_cpu  # the CPU kernel call of apply_qk/apply_qkv (rotate_blocked for kernel="torch")
+    monkeypatch.setattr(tk, "rotate_cpu", lambda x, out, *a: seen.append(x.shape[2]) or real(x, out, *a))
     cfg = CFGS[1]
     qkv = make((2, 5, 8 + 2 * 2, 64), dtype, seed=14)
     pos = torch.arange(10).reshape(2, 5)
