@@ -12,14 +12,16 @@ again, as in a forward pass that rotates many tensors with the same positions) a
 cache of the oracle emptied before each call, as in the first call of a fresh process, so the call
 builds the exact tables).
 
-``--long`` adds the long-context sweep: x of shape (1, S, 8, 128) for S in 512 .. 65536, warm and
-cold ``apply`` against ``np.copyto`` (``--only-long`` runs only that). The candidates of one table are
-timed round-robin (one call of each per round, ``--repeat`` rounds); the minimum and the median of the
-wall-clock time of each are printed, and the minimum of the process's CPU time (user + system: the page
-faults of a fresh output count). Ratios use the minima, which other jobs on a shared machine disturb
-least; on a loaded machine the CPU-time ratios are the steadier ones. Goals (issue "speed where users
-feel it"): warm at most 3x the floor and cold at most 4.5x at (1, 2048, 32, 128), and warm at most 3.5x
-at every S of the sweep.
+``--threads 1,2`` times warm and cold ``apply`` at each thread count side by side
+(``rope_ref.threads.set_threads``; 1 is always included), ``--busy`` keeps another core busy with a
+spinning process for the whole run. ``--long`` adds the long-context sweep: x of shape (1, S, 8, 128) for
+S in 512 .. 65536, warm and cold ``apply`` against ``np.copyto`` (``--only-long`` runs only that). The
+candidates of one table are timed round-robin (one call of each per round, ``--repeat`` rounds); the
+minimum and the median of the wall-clock time of each are printed, and the minimum of the process's CPU
+time (user + system: the page faults of a fresh output count). Ratios use the minima, which other jobs on
+a shared machine disturb least; on a loaded machine the CPU-time ratios are the steadier ones. Goals
+(issue "speed where users feel it"): warm at most 3x the floor and cold at most 4.5x at (1, 2048, 32,
+128), and warm at most 3.5x at every S of the sweep.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
+import sys
 import time
 from typing import NamedTuple
 
 import numpy as np
 
 import rope_ref
-from rope_ref import rotation
+from rope_ref import rotation, threads
 
 LONG_SEQS = (512, 2048, 8192, 32768, 65536)
 
@@ -70,6 +74,19 @@ def cold_apply(x: np.ndarray, positions: np.ndarray, cfg: rope_ref.RopeConfig) -
     return rope_ref.apply(x, positions, cfg)
 
 
+def in_threads(count: int, fn):
+    """``fn`` run with ``rope_ref.threads.set_threads(count)``, the previous count restored after."""
+
+    def call():
+        previous = threads.set_threads(count)
+        try:
+            return fn()
+        finally:
+            threads.set_threads(previous)
+
+    return call
+
+
 class Timing(NamedTuple):
     """Seconds per call over the rounds: wall-clock minimum and median, and the minimum of the process's
     CPU time (user + system, page faults included), which other jobs on a loaded machine disturb less."""
@@ -96,6 +113,11 @@ def round_robin(candidates: dict, repeat: int, *, warm_up: bool = True) -> dict[
     return {name: Timing(min(wall[name]), float(np.median(wall[name])), min(cpu[name])) for name in names}
 
 
+def start_spinner() -> subprocess.Popen:
+    """A separate Python process that spins until killed: "the other core busy"."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
 def load() -> str:
     try:
         return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
@@ -103,7 +125,7 @@ def load() -> str:
         return "load average unknown"
 
 
-def main_table(shape: tuple[int, ...], repeat: int) -> None:
+def main_table(shape: tuple[int, ...], repeat: int, counts: tuple[int, ...]) -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape)
     positions = np.arange(shape[1], dtype=np.float64)
@@ -117,8 +139,10 @@ def main_table(shape: tuple[int, ...], repeat: int) -> None:
         np.testing.assert_allclose(
             rope_ref.apply(x[:, :8], pos_b[:8], cfg), naive_hf(x[:, :8], positions[:8], layout), atol=1e-12
         )
-        candidates[f"{layout} warm"] = lambda cfg=cfg: rope_ref.apply(x, pos_b, cfg)
-        candidates[f"{layout} cold"] = lambda cfg=cfg: cold_apply(x, pos_b, cfg)
+        for n in counts:
+            tag = "" if n == 1 else f" {n}t"
+            candidates[f"{layout} warm{tag}"] = in_threads(n, lambda cfg=cfg: rope_ref.apply(x, pos_b, cfg))
+            candidates[f"{layout} cold{tag}"] = in_threads(n, lambda cfg=cfg: cold_apply(x, pos_b, cfg))
         candidates[f"{layout} naive"] = lambda layout=layout: naive_hf(x, positions, layout)
     got = round_robin(candidates, repeat)
     floor = got["copy"]
@@ -134,11 +158,12 @@ def main_table(shape: tuple[int, ...], repeat: int) -> None:
         print(f"  {layout}: naive / warm apply = {ratio:.2f}x")
 
 
-def long_table(repeat: int, seqs: tuple[int, ...]) -> None:
+def long_table(repeat: int, seqs: tuple[int, ...], counts: tuple[int, ...]) -> None:
     print(f"long context: x (1, S, 8, 128) float64, positions arange(S)[:, None], half; {repeat} rounds")
     print(
         f"  {'S':>6} {'copy ms':>8} {'warm ms':>8} {'cold ms':>8} {'warm/copy':>9} {'cold/copy':>9} "
         f"{'cpu: warm/copy':>14} {'cold/copy':>9}"
+        + "".join(f" {f'warm {n}t/copy':>13}" for n in counts if n != 1)
     )
     rng = np.random.default_rng(1)
     cfg = rope_ref.RopeConfig(128, layout="half")
@@ -151,6 +176,11 @@ def long_table(repeat: int, seqs: tuple[int, ...]) -> None:
                 "copy": lambda x=x, dst=dst: np.copyto(dst, x),
                 "warm": lambda x=x, pos=pos: rope_ref.apply(x, pos, cfg),
                 "cold": lambda x=x, pos=pos: cold_apply(x, pos, cfg),
+                **{
+                    f"warm {n}t": in_threads(n, lambda x=x, pos=pos: rope_ref.apply(x, pos, cfg))
+                    for n in counts
+                    if n != 1
+                },
             },
             repeat,
         )
@@ -158,6 +188,7 @@ def long_table(repeat: int, seqs: tuple[int, ...]) -> None:
         print(
             f"  {s:>6} {c.best * 1e3:8.2f} {w.best * 1e3:8.2f} {k.best * 1e3:8.2f} {w.best / c.best:8.2f}x "
             f"{k.best / c.best:8.2f}x {w.cpu / c.cpu:13.2f}x {k.cpu / c.cpu:8.2f}x"
+            + "".join(f" {got[f'warm {n}t'].best / c.best:12.2f}x" for n in counts if n != 1)
         )
         del x, dst
 
@@ -188,14 +219,24 @@ def main() -> None:
     parser.add_argument("--long", action="store_true", help="add the long-context sweep (1, S, 8, 128)")
     parser.add_argument("--only-long", action="store_true", help="run only the long-context sweep")
     parser.add_argument("--seqs", default=",".join(map(str, LONG_SEQS)), help="S values of the sweep")
+    parser.add_argument(
+        "--threads", default="1", help="thread counts of apply timed side by side, e.g. 1,2"
+    )
+    parser.add_argument("--busy", action="store_true", help="keep one other core busy (a spinning process)")
     args = parser.parse_args()
+    counts = tuple(dict.fromkeys(int(n) for n in args.threads.split(",")))
+    if 1 not in counts:
+        counts = (1, *counts)
+    spinner = start_spinner() if args.busy else None
     print(f"machine: {platform.machine()} {platform.processor() or ''} numpy {np.__version__}; {load()}")
     if not args.only_long:
-        main_table(tuple(int(s) for s in args.shape.split(",")), args.repeat)
+        main_table(tuple(int(s) for s in args.shape.split(",")), args.repeat, counts)
         trig_table(args.repeat)
     if args.long or args.only_long:
-        long_table(args.repeat, tuple(int(s) for s in args.seqs.split(",")))
-    print(f"done; {load()}")
+        long_table(args.repeat, tuple(int(s) for s in args.seqs.split(",")), counts)
+    print(f"done; {load()}" + ("; another core was kept busy" if spinner else ""))
+    if spinner is not None:
+        spinner.kill()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from . import mla as mla  # rope_ref.mla: DeepSeek MLA rope part and softmax sca
 from . import mrope as mrope  # rope_ref.mrope: M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V)
 from . import multiaxis as multiaxis  # rope_ref.multiaxis: one mechanism for multi-axis position ids
 from . import positions as positions  # rope_ref.positions: ids from cu_seqlens (varlen) and cache offsets
+from . import threads as threads  # rope_ref.threads: opt-in worker threads for apply's blocks
 from . import vision_rope as vision_rope  # rope_ref.vision_rope: 2D ViT RoPE (Qwen2-VL, Pixtral)
 from .attention import attention
 from .config import LAYOUTS, RopeConfig

@@ -19,6 +19,7 @@ from ._exact_trig import cos_sin_of_product
 from .axes import positions_for_axes, shape_mismatch_message
 from .config import RopeConfig
 from .frequencies import _check_config, attention_factor, cos_sin, inv_freq, resolve_seq_len
+from .threads import run_blocks
 
 __all__ = [
     "apply",
@@ -365,11 +366,11 @@ def apply(
         shared = _PREFIX_TABLES.get(pos, freqs, factor, cfg.layout)
     if small and shared is None:
         shared = _TABLE_CACHE.get(pos, freqs, factor, cfg.layout)
-    first = x[(slice(None),) * axis + (slice(0, step),)]
-    scratch_full = np.empty(first.shape[:-1] + (rd,), dtype=np.float64)
+    scratch_shape = x[(slice(None),) * axis + (slice(0, step),)].shape[:-1] + (rd,)
     caller_err = np.geterr() if cfg.layout == "interleaved" else None
     zero_starts = None if shared is None else _blocks_with_zero(shared.zero, axis, step, x.shape[axis])
-    for start in range(0, x.shape[axis], step):
+
+    def rotate_block(scratch_full: np.ndarray, start: int) -> None:
         sl = (slice(None),) * axis + (slice(start, start + step),)
         if shared is None:
             tables = _Tables(pos[sl], freqs, factor, cfg.layout)
@@ -391,6 +392,8 @@ def apply(
         if zero is not None:
             # Position 0 is the identity bit for bit, signed zeros included (x - 0*y can flip -0.0).
             np.copyto(out_view[sl][..., :rd], xb[..., :rd], where=zero)
+
+    run_blocks(rotate_block, range(0, x.shape[axis], step), lambda: np.empty(scratch_shape, dtype=np.float64))
     return out
 
 
