@@ -7,12 +7,12 @@ thread count, only the time of a call does. Threads take the next block from a s
 static split), so a thread the OS deschedules delays the call by about one block.
 
 The default is one thread (NumPy's own behaviour): on the project's 2-core machine two threads make a
-large ``apply`` 1.2x to 1.9x faster when the other core is idle, but up to 1.3x slower on some shapes
-when it is busy (``docs/performance.md``), and test runners such as ``pytest -n auto`` already keep
-every core busy. Opt in with :func:`set_threads` or ``ROPE_REF_THREADS`` (an integer from 1 to
-:data:`MAX_THREADS`, or ``auto``: the CPUs this process may use, at most :data:`AUTO_CAP`). The exact
-cos/sin tables stay in one thread: their ~130 short ufunc calls per block hand the GIL back and forth
-faster than they compute, and measured slower with two threads.
+large ``apply`` up to 1.9x faster when the other core is idle (a call of a few blocks gains nothing),
+but up to 1.4x slower on some shapes when it is busy (``docs/performance.md``), and test runners such as
+``pytest -n auto`` already keep every core busy. Opt in with :func:`set_threads` or ``ROPE_REF_THREADS``
+(an integer from 1 to :data:`MAX_THREADS`, or ``auto``: the CPUs this process may use, at most
+:data:`AUTO_CAP`). The exact cos/sin tables stay in one thread: their ~130 short ufunc calls per block
+hand the GIL back and forth faster than they compute, and measured slower with two threads.
 """
 
 from __future__ import annotations
