@@ -139,13 +139,15 @@ def set_fields(obj: Any, **values: Any) -> None:
         object.__setattr__(obj, key, value)
 
 
-def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
-    """Validate a Python/NumPy integer argument (``bool`` is rejected)."""
+def check_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Validate a Python/NumPy integer argument (``bool`` is rejected), within the given bounds."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r:.60}")
     value = int(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 

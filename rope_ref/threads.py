@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
+from ._arrays import check_int
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -56,12 +56,7 @@ def _usable_cpus() -> int:
 
 
 def _checked_count(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        kind = type(value).__name__
-        raise TypeError(f"{name} must be an int from 1 to {MAX_THREADS}, got {kind} {value!r:.60}")
-    if not 1 <= value <= MAX_THREADS:
-        raise ValueError(f"{name} must be from 1 to {MAX_THREADS}, got {value}")
-    return int(value)
+    return check_int(value, name, minimum=1, maximum=MAX_THREADS)
 
 
 def default_threads() -> int:

@@ -77,6 +77,9 @@ def test_check_int_and_check_real():
     assert check_int(np.int16(3), "n", minimum=3) == 3  # the minimum itself is accepted
     with pytest.raises(ValueError, match="n must be >= 4, got 3"):
         check_int(3, "n", minimum=4)
+    assert check_int(np.int64(9), "m", maximum=9) == 9  # the maximum itself is accepted
+    with pytest.raises(ValueError, match="^m must be <= 8, got 9$"):
+        check_int(9, "m", minimum=2, maximum=8)
     for bad in (True, 2.0, "2"):
         with pytest.raises(TypeError, match="n must be an int"):
             check_int(bad, "n")

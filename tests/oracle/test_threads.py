@@ -33,13 +33,13 @@ def one_thread_after():
 
 @pytest.mark.parametrize("bad", [True, 2.0, "2", [2]])
 def test_set_threads_refuses_a_non_integer_naming_the_argument(bad):
-    with pytest.raises(TypeError, match=r"^count must be an int from 1 to 256, got "):
+    with pytest.raises(TypeError, match=r"^count must be an int, got "):
         threads.set_threads(bad)
 
 
-@pytest.mark.parametrize("bad", [0, -1, 257])
-def test_set_threads_refuses_a_count_out_of_range_naming_it(bad):
-    with pytest.raises(ValueError, match=rf"^count must be from 1 to 256, got {bad}$"):
+@pytest.mark.parametrize(("bad", "bound"), [(0, ">= 1"), (-1, ">= 1"), (257, "<= 256")])
+def test_set_threads_refuses_a_count_out_of_range_naming_it(bad, bound):
+    with pytest.raises(ValueError, match=rf"^count must be {bound}, got {bad}$"):
         threads.set_threads(bad)
 
 
@@ -75,10 +75,10 @@ def test_auto_is_the_usable_cpus_capped(monkeypatch):
     assert threads.default_threads() == threads.AUTO_CAP == 8
 
 
-@pytest.mark.parametrize("raw", ["0", "257", "999"])
-def test_environment_count_out_of_range_is_refused_naming_the_variable(monkeypatch, raw):
+@pytest.mark.parametrize(("raw", "bound"), [("0", ">= 1"), ("257", "<= 256"), ("999", "<= 256")])
+def test_environment_count_out_of_range_is_refused_naming_the_variable(monkeypatch, raw, bound):
     monkeypatch.setenv("ROPE_REF_THREADS", raw)
-    with pytest.raises(ValueError, match=rf"^ROPE_REF_THREADS must be from 1 to 256, got {int(raw)}$"):
+    with pytest.raises(ValueError, match=rf"^ROPE_REF_THREADS must be {bound}, got {int(raw)}$"):
         threads.default_threads()
 
 
